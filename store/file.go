@@ -1,0 +1,395 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// fileStore keeps each object as a regular file under root, at the path its
+// key names. New objects are written to a temporary file in root/.lakefs-tmp
+// (same file system), fsynced, then published with rename (Put) or link
+// (Create: link fails with EEXIST if the name exists, which makes it an
+// atomic create-if-absent), and the parent directory is fsynced. A reader
+// therefore never sees a partial object under its final name, and a crash
+// leaves at most a stray temporary file.
+type fileStore struct {
+	root string // absolute, cleaned
+	tmp  string // root/.lakefs-tmp
+}
+
+// NewFile opens (creating if needed) a file store rooted at the absolute
+// directory dir.
+func NewFile(dir string) (Store, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%w: store directory %q is relative; use an absolute path (file:///abs/dir)", ErrInvalid, dir)
+	}
+	root := filepath.Clean(dir)
+	tmp := filepath.Join(root, reservedDir)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("file store %s: %w", root, err)
+	}
+	return &fileStore{root: root, tmp: tmp}, nil
+}
+
+func openFile(u *url.URL, raw string) (Store, error) {
+	if u.Host != "" && u.Host != "localhost" || u.Opaque != "" || u.Path == "" {
+		return nil, fmt.Errorf("%w: store URL %q is not an absolute file URL; use file:///abs/dir (three slashes)", ErrInvalid, raw)
+	}
+	return NewFile(u.Path)
+}
+
+func (s *fileStore) path(key string) (string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.root, filepath.FromSlash(key)), nil
+}
+
+// classify turns OS errors into the package's sentinels.
+func classify(op, key string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("file %s %s: %w", op, key, ErrNotFound)
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("file %s %s: %w", op, key, ErrExists)
+	}
+	return fmt.Errorf("file %s %s: %w", op, key, err)
+}
+
+func (s *fileStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctxErr(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, classify("get", key, err)
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("file get %s: %w", key, ErrNotFound)
+	}
+	return f, nil
+}
+
+func (s *fileStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := checkRange(key, off, n); err != nil {
+		return nil, err
+	}
+	p, err := s.path(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctxErr(ctx, "get range", key); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, classify("get range", key, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, classify("get range", key, err)
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("file get range %s: %w", key, ErrNotFound)
+	}
+	if off+n > st.Size() {
+		return nil, rangeErr("file", key, off, n, st.Size())
+	}
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return nil, classify("get range", key, err)
+	}
+	return buf, nil
+}
+
+func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := ctxErr(ctx, "stat", key); err != nil {
+		return Info{}, err
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return Info{}, classify("stat", key, err)
+	}
+	if st.IsDir() {
+		return Info{}, fmt.Errorf("file stat %s: %w", key, ErrNotFound)
+	}
+	return Info{Key: key, Size: st.Size(), ModTime: st.ModTime()}, nil
+}
+
+// writeTemp copies exactly size bytes of r into a new fsynced temporary
+// file and returns its path. ctx is checked between chunks so a cancelled
+// large write stops early.
+func (s *fileStore) writeTemp(ctx context.Context, r io.Reader, size int64) (string, error) {
+	if size < 0 {
+		return "", fmt.Errorf("%w: negative size %d", ErrInvalid, size)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	p := filepath.Join(s.tmp, hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(p)
+		}
+	}()
+	n, err := io.Copy(f, &ctxReader{ctx: ctx, r: io.LimitReader(r, size)})
+	if err != nil {
+		return "", err
+	}
+	if n != size {
+		return "", fmt.Errorf("input ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
+	}
+	var one [1]byte
+	if m, _ := r.Read(one[:]); m > 0 {
+		return "", fmt.Errorf("%w: input is longer than the declared %d bytes", ErrInvalid, size)
+	}
+	if err := f.Sync(); err != nil {
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	ok = true
+	return p, nil
+}
+
+// publish moves the finished temporary file tmp to key's path with link
+// (exclusive) or rename (replace), creating parent directories as needed.
+func (s *fileStore) publish(ctx context.Context, op, key, tmp string, exclusive bool) error {
+	defer os.Remove(tmp) // after a link the temporary name remains; after a rename it is gone
+	p, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(p)
+	// A concurrent Delete may remove an empty parent between MkdirAll and
+	// the link, so retry a few times on ENOENT.
+	for attempt := 0; ; attempt++ {
+		if err := ctxErr(ctx, op, key); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return classifyMkdir(op, key, err)
+		}
+		if exclusive {
+			err = os.Link(tmp, p)
+		} else {
+			err = os.Rename(tmp, p)
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, fs.ErrNotExist) && attempt < 5 {
+			continue
+		}
+		if exclusive && errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("file %s %s: %w", op, key, ErrExists)
+		}
+		return fmt.Errorf("file %s %s: %w", op, key, err)
+	}
+	return syncDir(dir)
+}
+
+// classifyMkdir explains the one expected mkdir failure: a key whose parent
+// is an existing object (like S3 servers that store keys as files, the file
+// store cannot hold both "a" and "a/b").
+func classifyMkdir(op, key string, err error) error {
+	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: file %s %s: a parent of the key is an object; keys \"a\" and \"a/b\" cannot both exist", ErrInvalid, op, key)
+	}
+	return fmt.Errorf("file %s %s: %w", op, key, err)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if _, err := s.path(key); err != nil {
+		return err
+	}
+	tmp, err := s.writeTemp(ctx, r, size)
+	if err != nil {
+		return fmt.Errorf("file put %s: %w", key, err)
+	}
+	return s.publish(ctx, "put", key, tmp, false)
+}
+
+func (s *fileStore) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	p, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	// Cheap early answer for the common lost race; the link below is what
+	// makes the decision atomic.
+	if _, err := os.Lstat(p); err == nil {
+		return fmt.Errorf("file create %s: %w", key, ErrExists)
+	}
+	tmp, err := s.writeTemp(ctx, r, size)
+	if err != nil {
+		return fmt.Errorf("file create %s: %w", key, err)
+	}
+	return s.publish(ctx, "create", key, tmp, true)
+}
+
+// List walks the directory tree in key order. Within one directory, entries
+// sort by their key spelling: a file "x" as "x", a directory "x" as "x/", so
+// that "a-b" (0x2d) comes before the keys under "a/" (0x2f) as in S3.
+// Subtrees that lie wholly before `after` or outside prefix are skipped.
+func (s *fileStore) List(ctx context.Context, prefix, after string, limit int) ([]Info, bool, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, false, err
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	l := &lister{ctx: ctx, prefix: prefix, after: after, limit: limit}
+	// Start at the deepest directory that the prefix fully names.
+	base := ""
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		base = prefix[:i+1]
+	}
+	err := l.walk(filepath.Join(s.root, filepath.FromSlash(base)), base)
+	if err != nil && !errors.Is(err, errListFull) {
+		return nil, false, fmt.Errorf("file list %s: %w", prefix, err)
+	}
+	return l.out, l.more, nil
+}
+
+var errListFull = errors.New("list page full")
+
+type lister struct {
+	ctx           context.Context
+	prefix, after string
+	limit         int
+	out           []Info
+	more          bool
+}
+
+func (l *lister) walk(dir, keyDir string) error {
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil
+		}
+		return err
+	}
+	type ent struct {
+		name string // key spelling: directories end in "/"
+		e    fs.DirEntry
+	}
+	sorted := make([]ent, 0, len(ents))
+	for _, e := range ents {
+		if keyDir == "" && e.Name() == reservedDir {
+			continue
+		}
+		name := e.Name()
+		if e.IsDir() {
+			name += "/"
+		}
+		sorted = append(sorted, ent{name, e})
+	}
+	slices.SortFunc(sorted, func(a, b ent) int { return strings.Compare(a.name, b.name) })
+	for _, en := range sorted {
+		key := keyDir + en.name
+		if en.e.IsDir() {
+			// Skip a subtree that cannot hold a key with the prefix, or whose
+			// every key is <= after.
+			if !strings.HasPrefix(key, l.prefix) && !strings.HasPrefix(l.prefix, key) {
+				continue
+			}
+			if key < l.after && !strings.HasPrefix(l.after, key) {
+				continue
+			}
+			if err := l.walk(filepath.Join(dir, en.e.Name()), key); err != nil {
+				return err
+			}
+			continue
+		}
+		if !strings.HasPrefix(key, l.prefix) || key <= l.after || !en.e.Type().IsRegular() {
+			continue
+		}
+		if len(l.out) == l.limit {
+			l.more = true
+			return errListFull
+		}
+		fi, err := en.e.Info()
+		if err != nil {
+			continue // deleted since ReadDir
+		}
+		l.out = append(l.out, Info{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
+	}
+	return nil
+}
+
+func (s *fileStore) Delete(ctx context.Context, keys ...string) error {
+	for _, k := range keys {
+		if _, err := s.path(k); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		if err := ctxErr(ctx, "delete", k); err != nil {
+			return err
+		}
+		p, _ := s.path(k)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file delete %s: %w", k, err)
+		}
+		// Remove parents left empty so per-TGB directories do not pile up;
+		// rmdir fails harmlessly on a non-empty or concurrently filled one.
+		for d := filepath.Dir(p); d != s.root && strings.HasPrefix(d, s.root); d = filepath.Dir(d) {
+			if os.Remove(d) != nil {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// ctxReader fails reads once its context is done, so long copies stop.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

@@ -1,0 +1,213 @@
+// Package store is Lakestream's object-store layer: one small interface and
+// its backends (file://, s3://, mem://), a create-if-absent probe and a
+// fault-injecting wrapper for tests.
+//
+// Invariants every backend keeps (the conformance suite in store/storetest
+// checks them):
+//   - A reader never sees a partial object under its final key: Put and
+//     Create publish the whole object at once or not at all.
+//   - Create is atomic create-if-absent: of any number of concurrent Creates
+//     of one key exactly one returns nil; the others return ErrExists (or
+//     ErrConflict, meaning "lost, retry") and the winner's bytes stay.
+//   - Keys are clean relative slash-separated paths (see ValidateKey); a key
+//     can never name anything outside the store's root.
+//   - Every call honours its context: a cancelled context fails the call
+//     with an error that wraps ctx.Err().
+//
+// Errors are classified with errors.Is against the sentinels below; nothing
+// above this package inspects backend-specific errors.
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w and the key involved.
+var (
+	// ErrNotFound: the object does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists: Create lost because the key already holds an object.
+	ErrExists = errors.New("object already exists")
+	// ErrConflict: a conditional write collided with another one in flight
+	// (S3's 409 ConditionalRequestConflict). The write did not happen; the
+	// caller should re-read and retry. It is not ErrExists.
+	ErrConflict = errors.New("conditional write conflict, retry")
+	// ErrRange: a ranged read extends past the end of the object.
+	ErrRange = errors.New("range not satisfiable")
+	// ErrInvalid: a bad key or store URL. Retrying cannot help.
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// Info describes one stored object.
+type Info struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
+}
+
+// Store is an object store rooted at a prefix. All keys are relative to that
+// root. Implementations are safe for concurrent use.
+type Store interface {
+	// Get opens the whole object for reading. The caller closes the reader.
+	// A missing key is ErrNotFound.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+
+	// GetRange returns exactly the n bytes at [off, off+n). n == 0 returns an
+	// empty slice without I/O. A range that extends past the end of the
+	// object is ErrRange (never a short read); a missing key is ErrNotFound.
+	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
+
+	// Stat returns the object's size and modification time, or ErrNotFound.
+	Stat(ctx context.Context, key string) (Info, error)
+
+	// Put stores size bytes read from r under key, replacing any object
+	// there. The object appears whole or not at all. r must yield exactly
+	// size bytes.
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+
+	// Create stores the object only if key holds none: atomic
+	// create-if-absent. If an object exists it returns ErrExists and leaves
+	// it unchanged; ErrConflict means a concurrent conditional write got in
+	// the way and nothing was written. Any other error leaves the outcome
+	// unknown (the object may exist): callers resolve it by reading.
+	Create(ctx context.Context, key string, r io.Reader, size int64) error
+
+	// List returns up to limit objects whose keys start with prefix and sort
+	// strictly after `after` (byte order), in ascending key order. more
+	// reports whether further keys may follow the last one returned; pass
+	// that key as `after` to continue. limit <= 0 means a backend default
+	// (1000).
+	List(ctx context.Context, prefix, after string, limit int) (objs []Info, more bool, err error)
+
+	// Delete removes the keys. Keys that do not exist are not an error, so
+	// Delete is idempotent.
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// DefaultListLimit is the page size when List is given limit <= 0; it is
+// also S3's maximum page.
+const DefaultListLimit = 1000
+
+// ValidateKey reports whether key is a clean relative slash-separated path:
+// non-empty, at most 1024 bytes, no leading or trailing slash, no empty, "."
+// or ".." elements, no backslash or NUL, and not inside a backend's reserved
+// directory.
+func ValidateKey(key string) error {
+	bad := func(why, fix string) error {
+		return fmt.Errorf("%w: key %q %s; %s", ErrInvalid, key, why, fix)
+	}
+	switch {
+	case key == "":
+		return bad("is empty", "name an object")
+	case len(key) > 1024:
+		return bad("is longer than 1024 bytes", "use a shorter key")
+	case strings.ContainsAny(key, "\\\x00"):
+		return bad("contains a backslash or NUL", "use '/'-separated printable names")
+	case strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/"):
+		return bad("starts or ends with '/'", "use a relative key like \"dir/name\"")
+	}
+	for i, el := range strings.Split(key, "/") {
+		switch {
+		case el == "" || el == "." || el == "..":
+			return bad("has an empty, \".\" or \"..\" element", "use a clean relative key without \"..\"")
+		case i == 0 && el == reservedDir:
+			return bad("is in the store's reserved directory", "choose another name")
+		}
+	}
+	return nil
+}
+
+// ValidatePrefix accepts "" (everything) or a key prefix: the same rules as
+// ValidateKey except that a trailing slash is allowed.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return ValidateKey(strings.TrimSuffix(prefix, "/"))
+}
+
+// reservedDir holds the file backend's temporary files. It is invalid as a
+// key's first element on every backend so that all behave alike.
+const reservedDir = ".lakefs-tmp"
+
+// Open opens the store named by rawURL:
+//
+//	file:///abs/dir                          a local directory (the default)
+//	s3://bucket/prefix?endpoint=&region=&path-style=true
+//	mem://name                               in-process and empty, for unit tests
+func Open(ctx context.Context, rawURL string) (Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir, s3://bucket/prefix or mem://name", ErrInvalid, rawURL)
+	}
+	switch u.Scheme {
+	case "file":
+		return openFile(u, rawURL)
+	case "s3":
+		return openS3(ctx, u, rawURL)
+	case "mem":
+		return openMem(u, rawURL)
+	default:
+		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file://, s3:// or mem://", ErrInvalid, rawURL, u.Scheme)
+	}
+}
+
+// ReadAll reads a whole object into memory.
+func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return b, nil
+}
+
+// PutBytes stores b under key, replacing any object there.
+func PutBytes(ctx context.Context, s Store, key string, b []byte) error {
+	return s.Put(ctx, key, bytes.NewReader(b), int64(len(b)))
+}
+
+// CreateBytes stores b under key only if key holds no object.
+func CreateBytes(ctx context.Context, s Store, key string, b []byte) error {
+	return s.Create(ctx, key, bytes.NewReader(b), int64(len(b)))
+}
+
+// Walk calls fn for every object under prefix in key order, one page at a
+// time, until fn returns an error or the listing ends.
+func Walk(ctx context.Context, s Store, prefix, after string, fn func(Info) error) error {
+	for {
+		objs, more, err := s.List(ctx, prefix, after, DefaultListLimit)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := fn(o); err != nil {
+				return err
+			}
+		}
+		if !more || len(objs) == 0 {
+			return nil
+		}
+		after = objs[len(objs)-1].Key
+	}
+}
+
+// ctxErr wraps a done context's error so callers can test errors.Is(err,
+// context.Canceled).
+func ctxErr(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", op, key, err)
+	}
+	return nil
+}

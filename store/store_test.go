@@ -1,0 +1,154 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/store/storetest"
+)
+
+func TestMemConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return store.NewMem() })
+}
+
+func TestFileConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := store.Open(t.Context(), "file://"+t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestFaultyConformance(t *testing.T) {
+	// With no faults configured the wrapper must be transparent.
+	storetest.Run(t, func(t *testing.T) store.Store { return store.NewFaulty(store.NewMem(), 1) })
+}
+
+func TestBadURLs(t *testing.T) {
+	for _, c := range []struct{ url, mention string }{
+		{"ftp://host/x", `"ftp"`},
+		{"file://relative/dir", "file:///abs/dir"},
+		{"file:relative", "file:///abs/dir"},
+		{"/no/scheme", "file:///abs/dir"},
+		{"mem://", "mem://name"},
+		{"s3:///prefix-only", "bucket"},
+	} {
+		_, err := store.Open(t.Context(), c.url)
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("open %q: want ErrInvalid, got %v", c.url, err)
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") || !strings.Contains(msg, c.mention) {
+			t.Errorf("open %q: error %q should be one line mentioning %s", c.url, msg, c.mention)
+		}
+	}
+}
+
+// TestFileNoPartialObjects checks that the file store never shows a partial
+// object under its final name and leaves no temp files behind when a put
+// fails halfway.
+func TestFileNoPartialObjects(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- s.Put(t.Context(), "obj", pr, 1<<20) }()
+	if _, err := pw.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	// Half written: the key must not exist yet.
+	if _, err := os.Stat(filepath.Join(dir, "obj")); !os.IsNotExist(err) {
+		t.Fatalf("partial object visible under its final name: %v", err)
+	}
+	pw.CloseWithError(errors.New("writer died"))
+	if err := <-done; err == nil {
+		t.Fatal("put of a truncated stream succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "obj")); !os.IsNotExist(err) {
+		t.Fatalf("failed put left an object: %v", err)
+	}
+	tmp, _ := os.ReadDir(filepath.Join(dir, ".lakefs-tmp"))
+	if len(tmp) != 0 {
+		t.Fatalf("failed put left %d temp files", len(tmp))
+	}
+}
+
+// putIsCreate is a store that ignores create-if-absent, to prove the probe
+// catches it.
+type putIsCreate struct{ store.Store }
+
+func (p putIsCreate) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	return p.Put(ctx, key, r, size)
+}
+
+func TestProbeRefusesNonAtomicStore(t *testing.T) {
+	err := store.Probe(t.Context(), putIsCreate{store.NewMem()})
+	if !errors.Is(err, store.ErrNoAtomicCreate) {
+		t.Fatalf("probe accepted a store without create-if-absent: %v", err)
+	}
+}
+
+func TestFaulty(t *testing.T) {
+	ctx := t.Context()
+	mem := store.NewMem()
+	f := store.NewFaulty(mem, 42)
+
+	// Lost responses: the create is applied, the caller sees an error.
+	f.Set(store.Fault{LostRate: 1}, store.OpCreate)
+	err := store.CreateBytes(ctx, f, "k", []byte("v"))
+	if !errors.Is(err, store.ErrInjected) {
+		t.Fatalf("lost create: %v", err)
+	}
+	if got, err := store.ReadAll(ctx, mem, "k"); err != nil || string(got) != "v" {
+		t.Fatalf("a lost-response create was not applied: %q %v", got, err)
+	}
+	// Other operations are untouched.
+	if _, err := f.Stat(ctx, "k"); err != nil {
+		t.Fatalf("stat with create faults only: %v", err)
+	}
+
+	// Errors: not applied.
+	f.Set(store.Fault{ErrRate: 1}, store.OpPut)
+	if err := store.PutBytes(ctx, f, "p", []byte("v")); !errors.Is(err, store.ErrInjected) {
+		t.Fatalf("failed put: %v", err)
+	}
+	if _, err := mem.Stat(ctx, "p"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an injected put error was applied: %v", err)
+	}
+
+	// Rates are rates: about half of 2000 gets fail.
+	f.Set(store.Fault{ErrRate: 0.5}, store.OpGet)
+	failed := 0
+	for range 2000 {
+		if _, err := f.Get(ctx, "k"); err != nil {
+			failed++
+		}
+	}
+	if failed < 800 || failed > 1200 {
+		t.Fatalf("ErrRate 0.5 failed %d of 2000", failed)
+	}
+	if got := f.Injected(store.OpGet); got != int64(failed) {
+		t.Fatalf("Injected(get) = %d, want %d", got, failed)
+	}
+
+	// Latency honours the context.
+	f.Set(store.Fault{Latency: time.Hour}, store.OpList)
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, _, err := f.List(lctx, "", "", 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("list under latency with a deadline: %v", err)
+	}
+}
