@@ -1,0 +1,188 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// outcome of one commit attempt.
+type outcome int
+
+const (
+	committed outcome = iota // v is now st's newest version
+	lostRace                 // another writer took v's number; st refreshed
+)
+
+// tryCommit makes one attempt to append v (built from st, so v.Version ==
+// st.Version+1) to the log:
+//
+//	create _log/<v> ──ok──────────────────────────────► committed (apply v)
+//	   │ ErrExists ──────► refresh st ─────────────────► lostRace
+//	   │ other error (outcome unknown: 409, 5xx, lost response, timeout)
+//	   └──► read _log/<v> until the read succeeds:
+//	          absent ──► create again (same bytes)
+//	          ours   ──► committed (apply what is stored)
+//	          theirs ──► refresh st ───────────────────► lostRace
+//
+// "ours" is decided by the version's Txn, which is random per commit. The
+// state is refreshed in place; on error it holds what was read so far.
+func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger) (outcome, error) {
+	if v.Version != st.Version+1 {
+		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
+	}
+	body := encode(v)
+	key := VersionKey(v.Version)
+	bo := newBackoff()
+	for {
+		err := store.CreateBytes(ctx, l.Store, key, body)
+		if err == nil {
+			return committed, st.Apply(v)
+		}
+		if errors.Is(err, store.ErrExists) {
+			_, rerr := l.refreshRetry(ctx, st, log)
+			return lostRace, rerr
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("commit %s: %w", key, ctx.Err())
+		}
+		if errors.Is(err, store.ErrInvalid) {
+			return 0, fmt.Errorf("commit %s: %w", key, err)
+		}
+		log.Warn("commit outcome unknown; reading the version to resolve it", "key", key, "err", err)
+		// Resolve by reading what is there.
+		for {
+			got, rerr := l.ReadVersion(ctx, v.Version)
+			switch {
+			case rerr == nil && got.Txn == v.Txn:
+				return committed, st.Apply(got)
+			case rerr == nil:
+				_, rerr = l.refreshRetry(ctx, st, log)
+				return lostRace, rerr
+			case errors.Is(rerr, store.ErrNotFound):
+				// Not written: create again.
+			case errors.Is(rerr, ErrCorrupt):
+				return 0, rerr
+			default:
+				if err := bo.wait(ctx); err != nil {
+					return 0, fmt.Errorf("resolving commit %s: %w (last: %v)", key, err, rerr)
+				}
+				continue
+			}
+			break
+		}
+		if err := bo.wait(ctx); err != nil {
+			return 0, fmt.Errorf("commit %s: %w", key, err)
+		}
+	}
+}
+
+// refreshRetry refreshes st, retrying transient store errors with backoff
+// until ctx ends. Corrupt records are returned at once.
+func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (int, error) {
+	bo := newBackoff()
+	total := 0
+	for {
+		n, err := l.Refresh(ctx, st)
+		total += n
+		if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrInvalid) {
+			return total, err
+		}
+		log.Warn("reading the log failed; retrying", "err", err)
+		if werr := bo.wait(ctx); werr != nil {
+			return total, fmt.Errorf("%w (last: %v)", werr, err)
+		}
+	}
+}
+
+// Commit appends one version built by build from the current state,
+// rebuilding it from the refreshed state after each lost race. build may
+// return (nil, nil) to say that nothing needs committing any more (an
+// idempotent action found done). It is for administrative writes
+// (checkpoints, reclamation, config) and registration; producers' TGBs go
+// through the Producer's committer.
+func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Version, error), log *slog.Logger) (*Version, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	bo := newBackoff()
+	for {
+		v, err := build(st)
+		if err != nil || v == nil {
+			return nil, err
+		}
+		v.Format = FormatVersion
+		v.Version = st.Version + 1
+		v.Time = time.Now().UTC()
+		if v.Txn == "" {
+			v.Txn = randomID()
+		}
+		out, err := l.tryCommit(ctx, st, v, log)
+		if err != nil {
+			return nil, err
+		}
+		if out == committed {
+			l.maybeSnapshot(ctx, st, log)
+			return v, nil
+		}
+		v.Txn = "" // a rebuilt version is a new transaction
+		if err := bo.waitShort(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// maybeSnapshot writes a snapshot when st's version is a multiple of the
+// stream's SnapshotEvery. A failure only costs readers some extra version
+// reads, so it is logged, not returned.
+func (l *Log) maybeSnapshot(ctx context.Context, st *State, log *slog.Logger) {
+	if st.Version%l.Config.SnapshotEvery != 0 {
+		return
+	}
+	if err := l.WriteSnapshot(ctx, st); err != nil {
+		log.Warn("snapshot not written; readers will read more versions", "version", st.Version, "err", err)
+	}
+}
+
+// backoff is capped exponential backoff with full jitter, for transient
+// store errors.
+type backoff struct {
+	next time.Duration
+}
+
+const (
+	backoffMin = 20 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+func newBackoff() *backoff { return &backoff{next: backoffMin} }
+
+func (b *backoff) wait(ctx context.Context) error {
+	d := time.Duration(rand.Int64N(int64(b.next)) + 1)
+	b.next = min(b.next*2, backoffMax)
+	return sleep(ctx, d)
+}
+
+// waitShort spreads retries after a lost race over a few milliseconds.
+func (b *backoff) waitShort(ctx context.Context) error {
+	return sleep(ctx, time.Duration(rand.Int64N(int64(5*time.Millisecond))))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

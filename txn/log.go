@@ -1,0 +1,285 @@
+package txn
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// ErrNoStream: the store holds no _stream.json.
+var ErrNoStream = errors.New("no stream at this store URL")
+
+// ErrStreamExists: Create found a stream already there.
+var ErrStreamExists = errors.New("a stream already exists at this store URL")
+
+// Log is an opened stream: its store and its fixed configuration. It is
+// safe for concurrent use; the State values it returns are not shared.
+type Log struct {
+	Store  store.Store
+	Config StreamConfig
+}
+
+// CreateOptions are the settings of a new stream.
+type CreateOptions struct {
+	Ranks             int
+	FirstStep         int64
+	ChunkSize         int64  // default DefaultChunkSize
+	SnapshotEvery     uint64 // default DefaultSnapshotEvery
+	RetainCheckpoints int    // default DefaultRetainCheckpoints
+}
+
+// Create makes a new stream: it probes the store for create-if-absent and
+// writes _stream.json with create-if-absent, so it refuses an existing
+// stream (ErrStreamExists) and two concurrent inits cannot both succeed.
+func Create(ctx context.Context, s store.Store, o CreateOptions) (*Log, error) {
+	cfg := StreamConfig{
+		Format:            FormatVersion,
+		StreamID:          randomID(),
+		Ranks:             o.Ranks,
+		FirstStep:         o.FirstStep,
+		ChunkSize:         o.ChunkSize,
+		CreatedAt:         time.Now().UTC(),
+		SnapshotEvery:     o.SnapshotEvery,
+		RetainCheckpoints: o.RetainCheckpoints,
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if cfg.RetainCheckpoints == 0 {
+		cfg.RetainCheckpoints = DefaultRetainCheckpoints
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new stream: %w", err)
+	}
+	if err := store.Probe(ctx, s); err != nil {
+		return nil, err
+	}
+	err := store.CreateBytes(ctx, s, StreamKey, encode(&cfg))
+	if errors.Is(err, store.ErrExists) {
+		return nil, fmt.Errorf("%w (%s exists); use it as it is, or choose another prefix", ErrStreamExists, StreamKey)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w", StreamKey, err)
+	}
+	return &Log{Store: s, Config: cfg}, nil
+}
+
+// Open reads the stream's configuration.
+func Open(ctx context.Context, s store.Store) (*Log, error) {
+	b, err := store.ReadAll(ctx, s, StreamKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w (no %s); create one with `lakefs-produce init`", ErrNoStream, StreamKey)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", StreamKey, err)
+	}
+	var cfg StreamConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, StreamKey, err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, StreamKey, err)
+	}
+	return &Log{Store: s, Config: cfg}, nil
+}
+
+// Load returns the newest state: the newest snapshot (found through the
+// hint, which may be stale) plus the versions after it.
+func (l *Log) Load(ctx context.Context) (*State, error) {
+	st, err := l.loadSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := l.Refresh(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// loadSnapshot returns the state at the snapshot the hint names, or the
+// empty state when there is no hint. A hint naming a missing snapshot (gc
+// removed it after a newer one was hinted) falls back to listing.
+func (l *Log) loadSnapshot(ctx context.Context) (*State, error) {
+	v, err := l.readHint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v == 0 {
+		return NewState(l.Config), nil
+	}
+	st, err := l.readSnapshot(ctx, v)
+	if errors.Is(err, store.ErrNotFound) {
+		if v, err = l.newestSnapshot(ctx); err != nil {
+			return nil, err
+		}
+		if v == 0 {
+			return NewState(l.Config), nil
+		}
+		st, err = l.readSnapshot(ctx, v)
+	}
+	return st, err
+}
+
+func (l *Log) readHint(ctx context.Context) (uint64, error) {
+	b, err := store.ReadAll(ctx, l.Store, HintKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", HintKey, err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		// The hint is only a hint: a garbled one costs a listing, not the
+		// stream.
+		return l.newestSnapshot(ctx)
+	}
+	return v, nil
+}
+
+// newestSnapshot lists _log/ for the highest snapshot version (0 if none).
+func (l *Log) newestSnapshot(ctx context.Context) (uint64, error) {
+	var newest uint64
+	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
+		if v, ok := parseSnapshotKey(o.Key); ok && v > newest {
+			newest = v
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing %s: %w", LogPrefix, err)
+	}
+	return newest, nil
+}
+
+func parseSnapshotKey(key string) (uint64, bool) {
+	name, ok := strings.CutPrefix(key, LogPrefix)
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(name, ".snap.json")
+	if !ok || len(num) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	return v, err == nil
+}
+
+// ParseVersionKey returns the version of a _log/<v>.json key.
+func ParseVersionKey(key string) (uint64, bool) {
+	name, ok := strings.CutPrefix(key, LogPrefix)
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(name, ".json")
+	if !ok || len(num) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	return v, err == nil
+}
+
+func (l *Log) readSnapshot(ctx context.Context, v uint64) (*State, error) {
+	key := SnapshotKey(v)
+	b, err := store.ReadAll(ctx, l.Store, key)
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot %s: %w", key, err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrCorrupt, key, err)
+	}
+	if st.Version != v {
+		return nil, fmt.Errorf("%w: snapshot %s says version %d", ErrCorrupt, key, st.Version)
+	}
+	if err := st.validate(&l.Config); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrCorrupt, key, err)
+	}
+	return &st, nil
+}
+
+// ReadVersion reads and decodes version v; a missing one is ErrNotFound.
+func (l *Log) ReadVersion(ctx context.Context, v uint64) (*Version, error) {
+	key := VersionKey(v)
+	b, err := store.ReadAll(ctx, l.Store, key)
+	if err != nil {
+		return nil, err
+	}
+	ver, err := DecodeVersion(b, v, &l.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return ver, nil
+}
+
+// LogRetention is how long gc keeps a version after its commit time, even
+// when a snapshot covers it. A State that last saw the head longer ago
+// than LogRetention/2 is reloaded from the newest snapshot instead of
+// refreshed, because "version v+1 is absent" could then mean "gc removed
+// it": a committer trusting that would re-create an old version number.
+const LogRetention = time.Hour
+
+// Refresh applies the versions after st.Version, reading only those, until
+// the next one is absent, and returns how many it applied. On an invalid
+// version it stops there with an error naming the object; st then holds
+// the versions before it, nothing past it.
+func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
+	if !st.seenHead.IsZero() && time.Since(st.seenHead) > LogRetention/2 {
+		fresh, err := l.Load(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if fresh.Version < st.Version {
+			return 0, fmt.Errorf("%w: reloaded state is at version %d, behind %d", ErrCorrupt, fresh.Version, st.Version)
+		}
+		n := int(fresh.Version - st.Version)
+		*st = *fresh
+		return n, nil
+	}
+	n := 0
+	for {
+		checked := time.Now()
+		v, err := l.ReadVersion(ctx, st.Version+1)
+		if errors.Is(err, store.ErrNotFound) {
+			st.seenHead = checked
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if err := st.Apply(v); err != nil {
+			return n, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
+		}
+		n++
+	}
+}
+
+// WriteSnapshot stores the state as the snapshot of its version and moves
+// the hint forward. Both writes are idempotent: a snapshot's content is a
+// function of its version, and a stale hint is tolerated by readers.
+func (l *Log) WriteSnapshot(ctx context.Context, st *State) error {
+	if err := store.PutBytes(ctx, l.Store, SnapshotKey(st.Version), encode(st)); err != nil {
+		return fmt.Errorf("writing snapshot %s: %w", SnapshotKey(st.Version), err)
+	}
+	if err := store.PutBytes(ctx, l.Store, HintKey, []byte(strconv.FormatUint(st.Version, 10)+"\n")); err != nil {
+		return fmt.Errorf("writing %s: %w", HintKey, err)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
