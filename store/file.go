@@ -165,9 +165,8 @@ func (s *fileStore) writeTemp(ctx context.Context, r io.Reader, size int64) (str
 	if n != size {
 		return "", fmt.Errorf("input ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
 	}
-	var one [1]byte
-	if m, _ := r.Read(one[:]); m > 0 {
-		return "", fmt.Errorf("%w: input is longer than the declared %d bytes", ErrInvalid, size)
+	if err := expectEOF(r, size); err != nil {
+		return "", err
 	}
 	if err := f.Sync(); err != nil {
 		return "", err

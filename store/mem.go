@@ -177,11 +177,23 @@ func readExactly(r io.Reader, size int64) ([]byte, error) {
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, fmt.Errorf("reading %d bytes of input: %w", size, err)
 	}
-	var one [1]byte
-	if n, _ := r.Read(one[:]); n > 0 {
-		return nil, fmt.Errorf("%w: input is longer than the declared %d bytes", ErrInvalid, size)
+	if err := expectEOF(r, size); err != nil {
+		return nil, err
 	}
 	return data, nil
+}
+
+// expectEOF checks that r has nothing after the declared size bytes.
+func expectEOF(r io.Reader, size int64) error {
+	var one [1]byte
+	n, err := r.Read(one[:])
+	if n > 0 {
+		return fmt.Errorf("%w: input is longer than the declared %d bytes", ErrInvalid, size)
+	}
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("reading past the declared %d bytes: %w", size, err)
+	}
+	return nil
 }
 
 func checkRange(key string, off, n int64) error {

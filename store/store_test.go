@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/store/storetest"
 )
@@ -150,5 +153,69 @@ func TestFaulty(t *testing.T) {
 	defer cancel()
 	if _, _, err := f.List(lctx, "", "", 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("list under latency with a deadline: %v", err)
+	}
+}
+
+func TestS3Conformance(t *testing.T) {
+	srv := s3test.Start(t)
+	// A small part size makes LargeObject exercise multipart uploads.
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := store.Open(t.Context(), srv.NewBucketURL(t)+"&part-size=5242880")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestS3BadURLs(t *testing.T) {
+	srv := s3test.Start(t)
+	missing := srv.URL("no-such-bucket", "p")
+	_, err := store.Open(t.Context(), missing)
+	if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), `"no-such-bucket"`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("missing bucket: want one line naming the bucket, got %v", err)
+	}
+	for _, c := range []struct{ url, mention string }{
+		{"s3://b/p?endpoint=127.0.0.1:9000", "endpoint=http://host:port"},
+		{"s3://b/p?path-style=maybe", "path-style=true"},
+		{"s3://b/p?part-size=10", "part-size"},
+		{"s3://b/p?colour=blue", `"colour"`},
+		{"s3://b/a/../p", "prefix"},
+	} {
+		_, err := store.Open(t.Context(), c.url)
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), c.mention) {
+			t.Errorf("open %q: want ErrInvalid mentioning %s, got %v", c.url, c.mention, err)
+		}
+	}
+}
+
+// TestS3ConflictIsNotExists checks the mapping of S3's 409
+// ConditionalRequestConflict (a concurrent conditional write was in flight)
+// to ErrConflict, "retry", and never to ErrExists. versitygw never answers
+// 409 to a create, so this one answer comes from a stub HTTP server.
+func TestS3ConflictIsNotExists(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodHead: // HeadBucket
+			w.WriteHeader(http.StatusOK)
+		case http.MethodPut:
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code><Message>A conflicting conditional operation is currently in progress against this resource.</Message></Error>`)
+		default:
+			w.WriteHeader(http.StatusNotImplemented)
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "ak")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "sk")
+	t.Setenv("AWS_RETRY_MAX_ATTEMPTS", "1")
+	s, err := store.Open(t.Context(), "s3://b/p?region=us-east-1&path-style=true&endpoint="+srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.CreateBytes(t.Context(), s, "_log/1", []byte("x"))
+	if !errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists) {
+		t.Fatalf("409 ConditionalRequestConflict: want ErrConflict only, got %v", err)
 	}
 }

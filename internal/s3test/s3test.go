@@ -1,0 +1,183 @@
+// Package s3test starts a real S3-compatible server (versitygw) on 127.0.0.1
+// for tests. Under CI (CI set in the environment) a missing server binary is
+// a test failure; elsewhere the test is skipped with the install command.
+package s3test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Credentials the test server is started with; tests export them so that the
+// standard AWS chain picks them up.
+const (
+	AccessKey = "lakestream-test"
+	SecretKey = "lakestream-test-secret"
+	Region    = "us-east-1"
+)
+
+// InstallHint is how to get the server binary.
+const InstallHint = "make tools (or: GOBIN=$PWD/.tools/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)"
+
+// Server is a running versitygw.
+type Server struct {
+	Endpoint string // http://127.0.0.1:port
+	Dir      string
+	cmd      *exec.Cmd
+	buckets  atomic.Int64
+}
+
+// Binary finds versitygw: $VERSITYGW, $LAKEFS_TOOLS/bin, the repository's
+// .tools/bin, then PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("VERSITYGW"); p != "" {
+		return p, nil
+	}
+	var dirs []string
+	if d := os.Getenv("LAKEFS_TOOLS"); d != "" {
+		dirs = append(dirs, filepath.Join(d, "bin"))
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		dirs = append(dirs, filepath.Join(filepath.Dir(file), "..", "..", ".tools", "bin"))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "versitygw")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("versitygw")
+}
+
+// Start starts a server with a temp data dir, stopped when t ends. It sets
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION for the test, so it
+// cannot be used from parallel tests.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("versitygw not found under CI: %v; install it with %s", err, InstallHint)
+		}
+		t.Skipf("versitygw not found (%v); install it with %s", err, InstallHint)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	t.Setenv("AWS_REGION", Region)
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+
+	dir := t.TempDir()
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region,
+			"--port", addr, "--quiet", "posix", dir)
+		cmd.Stdout = os.Stderr
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start versitygw: %v", err)
+		}
+		s := &Server{Endpoint: "http://" + addr, Dir: dir, cmd: cmd}
+		if waitListening(addr, 15*time.Second) {
+			t.Cleanup(s.stop)
+			return s
+		}
+		s.stop()
+		if attempt == 2 {
+			t.Fatalf("versitygw did not start listening on %s", addr)
+		}
+	}
+}
+
+func (s *Server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitListening polls until addr accepts connections. A server that
+// exits early (say, the port was taken) is noticed by the deadline.
+func waitListening(addr string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(30 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
+}
+
+// Client returns a raw S3 client for the server.
+func (s *Server) Client() *s3.Client {
+	cfg, _ := config.LoadDefaultConfig(context.Background(),
+		config.WithRegion(Region),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, "")))
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.BaseEndpoint = aws.String(s.Endpoint)
+		o.UsePathStyle = true
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+}
+
+// NewBucket creates a fresh bucket and returns its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := fmt.Sprintf("b%d-%s", s.buckets.Add(1), hex.EncodeToString(rnd[:]))
+	if _, err := s.Client().CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("create bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// URL returns a store URL for bucket/prefix on this server.
+func (s *Server) URL(bucket, prefix string) string {
+	return fmt.Sprintf("s3://%s/%s?endpoint=%s&path-style=true&region=%s",
+		bucket, strings.Trim(prefix, "/"), s.Endpoint, Region)
+}
+
+// NewBucketURL creates a fresh bucket and returns a store URL for it with a
+// prefix, so that prefix handling is always exercised.
+func (s *Server) NewBucketURL(t testing.TB) string {
+	return s.URL(s.NewBucket(t), "stream")
+}

@@ -1,0 +1,425 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// DefaultPartSize is the multipart threshold and part size of the S3 backend.
+// Objects up to it go in one PutObject; larger ones in parts of this size.
+// Each in-flight upload buffers at most one part: the SDK needs a seekable
+// body to sign a request over plain HTTP.
+const DefaultPartSize = 16 << 20
+
+// minPartSize is S3's lower bound for every part but the last.
+const minPartSize = 5 << 20
+
+// deleteBatch is DeleteObjects' limit on keys per request.
+const deleteBatch = 1000
+
+type s3Store struct {
+	client   *s3.Client
+	bucket   string
+	prefix   string // "" or "some/prefix/" (with the trailing slash)
+	partSize int64
+}
+
+// S3Options configure an S3 store; OpenS3 with the zero value talks to AWS
+// through the standard credential and region chain.
+type S3Options struct {
+	Bucket    string
+	Prefix    string
+	Endpoint  string // e.g. http://127.0.0.1:9000; empty for AWS
+	Region    string // empty: from the environment, else us-east-1
+	PathStyle bool
+	PartSize  int64 // 0: DefaultPartSize
+}
+
+// openS3 parses s3://bucket/prefix?endpoint=&region=&path-style=&part-size=.
+func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
+	bad := func(why, fix string) error {
+		return fmt.Errorf("%w: store URL %q %s; %s", ErrInvalid, raw, why, fix)
+	}
+	if u.Host == "" || u.Opaque != "" {
+		return nil, bad("names no bucket", "use s3://bucket/prefix")
+	}
+	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "endpoint":
+			e, err := url.Parse(v)
+			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+				return nil, bad(fmt.Sprintf("has endpoint %q", v), "use endpoint=http://host:port")
+			}
+			o.Endpoint = v
+		case "region":
+			o.Region = v
+		case "path-style":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, bad(fmt.Sprintf("has path-style=%q", v), "use path-style=true or false")
+			}
+			o.PathStyle = b
+		case "part-size":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < minPartSize || n > 5<<30 {
+				return nil, bad(fmt.Sprintf("has part-size=%q", v), "use a byte count from 5242880 to 5368709120")
+			}
+			o.PartSize = n
+		default:
+			return nil, bad(fmt.Sprintf("has unknown parameter %q", k), "use endpoint=, region=, path-style= or part-size=")
+		}
+	}
+	if o.Prefix != "" {
+		if err := ValidateKey(o.Prefix); err != nil {
+			return nil, bad("has an invalid prefix", "use s3://bucket/clean/prefix without '..' or '//'")
+		}
+	}
+	return OpenS3(ctx, o)
+}
+
+// OpenS3 connects to a bucket and checks that it exists, so that a typo in
+// the URL fails at start with a clear error rather than on the first commit.
+func OpenS3(ctx context.Context, o S3Options) (Store, error) {
+	var loadOpts []func(*config.LoadOptions) error
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	// The buildable client keeps AWS_CA_BUNDLE working; raise the idle pool so
+	// parallel ranged GETs reuse connections instead of churning them.
+	loadOpts = append(loadOpts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 64
+	})))
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3 store %s: loading AWS configuration: %w", o.Bucket, err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		so.UsePathStyle = o.PathStyle
+		// Default checksums break multipart completes on some S3-compatible
+		// servers; our own CRC32C in the manifest verifies the bytes.
+		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		so.DisableLogOutputChecksumValidationSkipped = true
+	})
+	s := &s3Store{client: client, bucket: o.Bucket, partSize: o.PartSize}
+	if s.partSize == 0 {
+		s.partSize = DefaultPartSize
+	}
+	if o.Prefix != "" {
+		s.prefix = strings.Trim(o.Prefix, "/") + "/"
+	}
+	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(o.Bucket)}); err != nil {
+		if isCode(err, 404, "NotFound", "NoSuchBucket") {
+			return nil, fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL",
+				ErrNotFound, o.Bucket, endpointName(o.Endpoint), o.Bucket)
+		}
+		return nil, fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, endpointName(o.Endpoint), s.flatten(err))
+	}
+	return s, nil
+}
+
+func endpointName(e string) string {
+	if e == "" {
+		return "AWS"
+	}
+	return e
+}
+
+func (s *s3Store) key(k string) string { return s.prefix + k }
+
+// isCode reports whether err is an S3 error with one of the given codes or
+// the given HTTP status (HEAD responses carry no code, only a status).
+func isCode(err error, status int, codes ...string) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		for _, c := range codes {
+			if ae.ErrorCode() == c {
+				return true
+			}
+		}
+	}
+	var re *awshttp.ResponseError
+	return status != 0 && errors.As(err, &re) && re.HTTPStatusCode() == status
+}
+
+// flatten keeps the SDK's error chain but gives it one line: the SDK's
+// messages embed request IDs and retry details that are noise to operators.
+func (s *s3Store) flatten(err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%s: %s (%w)", ae.ErrorCode(), ae.ErrorMessage(), err)
+	}
+	return err
+}
+
+// classify maps an S3 error to the package's sentinels. Cancellation wins:
+// the SDK wraps it in its own operation error.
+func (s *s3Store) classify(ctx context.Context, op, key string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("s3 %s %s: %w", op, key, cerr)
+	}
+	var sentinel error
+	switch {
+	case isCode(err, 404, "NoSuchKey", "NotFound"):
+		sentinel = ErrNotFound
+	case isCode(err, 412, "PreconditionFailed"):
+		sentinel = ErrExists
+	case isCode(err, 0, "ConditionalRequestConflict"):
+		// A concurrent conditional write was in flight: the outcome of ours
+		// is "lost, retry", not "exists".
+		sentinel = ErrConflict
+	case isCode(err, 416, "InvalidRange"):
+		sentinel = ErrRange
+	case isCode(err, 0, "NoSuchBucket"):
+		return fmt.Errorf("s3 %s %s: bucket %q is gone: %w", op, key, s.bucket, ErrNotFound)
+	}
+	if sentinel != nil {
+		return fmt.Errorf("s3 %s %s: %w", op, key, sentinel)
+	}
+	return fmt.Errorf("s3 %s %s: %w", op, key, s.flatten(err))
+}
+
+func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(key))})
+	if err != nil {
+		return nil, s.classify(ctx, "get", key, err)
+	}
+	return out.Body, nil
+}
+
+func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := checkRange(key, off, n); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		// HTTP cannot express an empty range; the contract still reports a
+		// missing object.
+		if _, err := s.Stat(ctx, key); err != nil {
+			return nil, err
+		}
+		return []byte{}, nil
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: &s.bucket,
+		Key:    aws.String(s.key(key)),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
+	})
+	if err != nil {
+		return nil, s.classify(ctx, "get range", key, err)
+	}
+	defer out.Body.Close()
+	// S3 answers a range that runs past the end with the bytes that exist:
+	// a short read means the caller asked past the end.
+	buf := make([]byte, n)
+	got, err := io.ReadFull(out.Body, buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+int64(got), ErrRange)
+	}
+	if err != nil {
+		return nil, s.classify(ctx, "get range", key, err)
+	}
+	return buf, nil
+}
+
+func (s *s3Store) Stat(ctx context.Context, key string) (Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return Info{}, err
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(key))})
+	if err != nil {
+		return Info{}, s.classify(ctx, "stat", key, err)
+	}
+	return Info{Key: key, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified)}, nil
+}
+
+func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.write(ctx, "put", key, r, size, false)
+}
+
+func (s *s3Store) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.write(ctx, "create", key, r, size, true)
+}
+
+func (s *s3Store) write(ctx context.Context, op, key string, r io.Reader, size int64, exclusive bool) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("%w: s3 %s %s: negative size %d", ErrInvalid, op, key, size)
+	}
+	if err := ctxErr(ctx, op, key); err != nil {
+		return err
+	}
+	if size > s.partSize {
+		return s.writeMultipart(ctx, op, key, r, size, exclusive)
+	}
+	data, err := readExactly(r, size)
+	if err != nil {
+		return fmt.Errorf("s3 %s %s: %w", op, key, err)
+	}
+	in := &s3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           aws.String(s.key(key)),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(size),
+	}
+	if exclusive {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if _, err := s.client.PutObject(ctx, in); err != nil {
+		return s.classify(ctx, op, key, err)
+	}
+	return nil
+}
+
+// writeMultipart uploads parts one at a time, reusing one buffer, and makes
+// the object appear at CompleteMultipartUpload, which carries the
+// create-if-absent condition. A failed upload is aborted so that no parts
+// are left billing in the bucket.
+func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reader, size int64, exclusive bool) (err error) {
+	full := aws.String(s.key(key))
+	mp, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: full})
+	if err != nil {
+		return s.classify(ctx, op, key, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: full, UploadId: mp.UploadId})
+	}()
+
+	buf := make([]byte, s.partSize)
+	var parts []types.CompletedPart
+	for num, left := int32(1), size; left > 0; num++ {
+		n := min(left, s.partSize)
+		if _, err := io.ReadFull(r, buf[:n]); err != nil {
+			return fmt.Errorf("s3 %s %s: reading part %d of input: %w", op, key, num, err)
+		}
+		left -= n
+		if left == 0 {
+			if err := expectEOF(r, size); err != nil {
+				return fmt.Errorf("s3 %s %s: %w", op, key, err)
+			}
+		}
+		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket:        &s.bucket,
+			Key:           full,
+			UploadId:      mp.UploadId,
+			PartNumber:    aws.Int32(num),
+			Body:          bytes.NewReader(buf[:n]),
+			ContentLength: aws.Int64(n),
+		})
+		if err != nil {
+			return s.classify(ctx, op, key, err)
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
+	}
+	in := &s3.CompleteMultipartUploadInput{
+		Bucket:          &s.bucket,
+		Key:             full,
+		UploadId:        mp.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	}
+	if exclusive {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if _, err := s.client.CompleteMultipartUpload(ctx, in); err != nil {
+		return s.classify(ctx, op, key, err)
+	}
+	return nil
+}
+
+func (s *s3Store) List(ctx context.Context, prefix, after string, limit int) ([]Info, bool, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, false, err
+	}
+	if limit <= 0 || limit > DefaultListLimit {
+		limit = DefaultListLimit
+	}
+	in := &s3.ListObjectsV2Input{
+		Bucket:  &s.bucket,
+		Prefix:  aws.String(s.key(prefix)),
+		MaxKeys: aws.Int32(int32(limit)),
+	}
+	if after != "" {
+		in.StartAfter = aws.String(s.key(after))
+	}
+	out, err := s.client.ListObjectsV2(ctx, in)
+	if err != nil {
+		return nil, false, s.classify(ctx, "list", prefix, err)
+	}
+	objs := make([]Info, 0, len(out.Contents))
+	for _, o := range out.Contents {
+		k := strings.TrimPrefix(aws.ToString(o.Key), s.prefix)
+		if k <= after || strings.HasSuffix(k, "/") {
+			continue // directory markers some servers report
+		}
+		objs = append(objs, Info{Key: k, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified)})
+	}
+	return objs, aws.ToBool(out.IsTruncated), nil
+}
+
+func (s *s3Store) Delete(ctx context.Context, keys ...string) error {
+	for _, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return err
+		}
+	}
+	if err := ctxErr(ctx, "delete", strings.Join(keys, ",")); err != nil {
+		return err
+	}
+	for start := 0; start < len(keys); start += deleteBatch {
+		batch := keys[start:min(start+deleteBatch, len(keys))]
+		ids := make([]types.ObjectIdentifier, len(batch))
+		for i, k := range batch {
+			ids[i] = types.ObjectIdentifier{Key: aws.String(s.key(k))}
+		}
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: &s.bucket,
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return s.classify(ctx, "delete", batch[0], err)
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" {
+				continue
+			}
+			return fmt.Errorf("s3 delete %s: %s: %s", strings.TrimPrefix(aws.ToString(e.Key), s.prefix), aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+	}
+	return nil
+}
