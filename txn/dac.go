@@ -64,22 +64,29 @@ func (f *fixed) Success()             {}
 // DACConfig tunes Decentralized Adaptive Commit.
 type DACConfig struct {
 	Min      time.Duration // lower bound of the delay (default 0)
-	Max      time.Duration // upper bound (default 2s)
+	Max      time.Duration // upper bound (default 1s)
 	Initial  time.Duration // delay after the first conflict from Min (default 5ms)
 	Factor   float64       // multiplicative increase per conflict (default 2)
 	Jitter   float64       // the increase is scaled by a uniform factor in [1-J, 1+J] (default 0.5)
-	Decrease time.Duration // additive decrease per success (default 2ms)
+	Increase float64       // additive increase of the attempt rate per success, in attempts/s (default 10)
 	MaxGroup int           // default DefaultMaxGroup
 	Seed     uint64        // 0: random
 }
 
-// DAC is the Decentralized Adaptive Commit controller: AIMD on the delay
-// between commit attempts, like TCP's congestion window in reverse. Each
-// lost race multiplies the delay (with jitter, so producers that collided
-// once do not collide again in lockstep); each success shortens it by a
-// constant. A producer learns of contention only from its own failed
-// creates, and while it waits its queue grows, so its next version carries
-// more TGBs: under contention commits get larger instead of more frequent.
+// DAC is the Decentralized Adaptive Commit controller: AIMD on a producer's
+// commit attempt rate, exactly as TCP shares a link. The delay between
+// attempts is the inverse of the rate. Each lost race halves the rate
+// (doubles the delay, with jitter, so producers that collided once do not
+// collide again in lockstep); each success adds a constant to the rate.
+//
+// Why the rate and not the delay: with N producers and a commit slot of c
+// seconds, the chance that an attempt loses is about N*c*r. Additive
+// increase balanced against multiplicative decrease settles where
+// N*c*r^2 = 2*Increase, so each producer's rate falls as 1/sqrt(N) while
+// the total still rises: commits get larger, not more frequent, as
+// producers are added. (AIMD on the delay itself has no such equilibrium:
+// it drifts to Min or Max.) A producer learns of contention only from its
+// own failed creates.
 type DAC struct {
 	cfg   DACConfig
 	delay time.Duration
@@ -89,7 +96,7 @@ type DAC struct {
 // NewDAC returns a DAC controller; zero fields of cfg take defaults.
 func NewDAC(cfg DACConfig) *DAC {
 	if cfg.Max == 0 {
-		cfg.Max = 2 * time.Second
+		cfg.Max = time.Second
 	}
 	if cfg.Initial == 0 {
 		cfg.Initial = 5 * time.Millisecond
@@ -100,8 +107,8 @@ func NewDAC(cfg DACConfig) *DAC {
 	if cfg.Jitter == 0 {
 		cfg.Jitter = 0.5
 	}
-	if cfg.Decrease == 0 {
-		cfg.Decrease = 2 * time.Millisecond
+	if cfg.Increase == 0 {
+		cfg.Increase = 10
 	}
 	if cfg.MaxGroup == 0 {
 		cfg.MaxGroup = DefaultMaxGroup
@@ -125,7 +132,13 @@ func (d *DAC) Conflict() {
 	d.delay = d.clamp(time.Duration(float64(base) * scale))
 }
 
-// Success shrinks the delay by Decrease, not below Min.
-func (d *DAC) Success() { d.delay = d.clamp(d.delay - d.cfg.Decrease) }
+// Success adds Increase to the rate 1/delay, not going below Min.
+func (d *DAC) Success() {
+	if d.delay <= 0 {
+		return
+	}
+	secs := d.delay.Seconds()
+	d.delay = d.clamp(time.Duration(secs / (1 + d.cfg.Increase*secs) * float64(time.Second)))
+}
 
 func (d *DAC) clamp(x time.Duration) time.Duration { return min(max(x, d.cfg.Min), d.cfg.Max) }

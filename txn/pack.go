@@ -131,10 +131,22 @@ func (pr *packReader) close() {
 	}
 }
 
-// finish returns the pack's description once every byte has been read.
+// finish returns the pack's description once the store has taken every
+// byte. A store may stop reading at the declared size, so finish reads on
+// to EOF itself: that closes the last file and catches one that grew.
 func (pr *packReader) finish() (*Pack, error) {
-	if pr.i != len(pr.files) {
-		return nil, fmt.Errorf("pack %s: upload ended before all files were read", pr.pack.Key)
+	var one [1]byte
+	for {
+		n, err := pr.Read(one[:])
+		if n > 0 {
+			return nil, fmt.Errorf("%w: pack %s: input longer than declared", ErrSource, pr.pack.Key)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if pr.inChunk > 0 {
 		pr.pack.Chunks = append(pr.pack.Chunks, pr.chunk)

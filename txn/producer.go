@@ -382,6 +382,13 @@ func (p *Producer) peek(max int) []*Pending {
 	return slices.Clone(p.queue[:min(max, len(p.queue))])
 }
 
+// groupFull reports whether the queue holds a whole group.
+func (p *Producer) groupFull() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) >= p.strategy.MaxGroup()
+}
+
 // commitLoop is the committer. It owns st.
 func (p *Producer) commitLoop(ctx context.Context, st *State) {
 	defer close(p.done)
@@ -398,8 +405,12 @@ func (p *Producer) commitLoop(ctx context.Context, st *State) {
 		if !p.waitQueued() {
 			return
 		}
-		if err := sleep(ctx, time.Until(last.Add(p.strategy.Delay()))); err != nil {
-			return
+		// Pace attempts, except when the group is already full: waiting
+		// could not make it larger, only later.
+		if !p.groupFull() {
+			if err := sleep(ctx, time.Until(last.Add(p.strategy.Delay()))); err != nil {
+				return
+			}
 		}
 		if err := p.commitGroup(ctx, st, &last); err != nil {
 			if ctx.Err() == nil {
