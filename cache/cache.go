@@ -1,0 +1,751 @@
+// Package cache is the mount's read path: verified pack blocks held in a
+// bounded amount of memory, fetched once however many readers want them,
+// and prefetched ahead of the training loop with ranged GETs in parallel
+// (each GET a run of consecutive blocks).
+//
+// A block is one chunk of a pack (txn.Pack.Chunks: the stream's ChunkSize
+// bytes, the last one shorter), so each block is checked against the chunk
+// CRC32C recorded at production before any byte of it is returned.
+//
+// # Invariants
+//
+//   - Every block handed to a reader matched its chunk's CRC32C. A
+//     mismatch is refetched once; a second mismatch is ErrChecksum, a log
+//     line and a count in Stats.VerifyFailures. Failures are never cached.
+//   - At most one GET per block is in flight: readers of a block that is
+//     being fetched wait for that fetch (an entry in Cache.calls). A fetch
+//     is cancelled only when every waiter (readers and the prefetch job)
+//     has gone.
+//   - Memory: a block lives in one of three places, each bounded, and
+//     their bounds sum to Options.Size:
+//     1. the ristretto cache (cost = bytes, 3/8 of Size), for blocks
+//     already read;
+//     2. staged prefetched blocks, held until read or until their prefetch
+//     job is dropped, bounded by the prefetch semaphore (Size/2);
+//     3. staged partly read blocks (a block shared by two files is read
+//     twice, the second time usually soon after), a FIFO bounded by
+//     Size/8.
+//     Staging exists because ristretto's TinyLFU admission rejects a new
+//     block that was never read when the cache is full of blocks read
+//     once, which is exactly the streaming case: prefetched blocks must
+//     not depend on admission.
+//   - Block buffers are reused (a free list), because touching fresh
+//     memory costs more than the rest of the read path on the VMs this
+//     was measured on. Buffers are only allocated when none is free, so
+//     the free list never holds more than the most blocks ever held. A buffer returns to the free list only when its
+//     block's reference count drops to zero: references are held by
+//     staging, by the ristretto cache (released in OnExit, at most once
+//     per lruRef) and by each reader while it copies. A reader takes its
+//     reference with tryAcquire, which fails on a block already at zero,
+//     so it never reads a buffer that was handed to another block.
+//
+// # Lock order
+//
+// Prefetcher.mu, then Cache.mu, then Cache.closeMu. None is held during
+// I/O; semaphores are acquired with no lock held.
+package cache
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// ErrChecksum: a block's bytes did not match the CRC32C recorded at
+// production, twice in a row. The bytes were not returned.
+var ErrChecksum = errors.New("block failed CRC32C verification")
+
+// Options configure a Cache.
+type Options struct {
+	Store store.Store
+	// ChunkSize is the stream's chunk size: the size of one block.
+	ChunkSize int64
+	// Size is the memory budget for blocks, in bytes (see the package doc
+	// for how it is split). It must hold at least MinBlocks blocks.
+	Size int64
+	// Fetchers bounds concurrent prefetch GETs (default 16). Reads by
+	// applications are not bounded by it.
+	Fetchers int
+	// MaxRun is how many consecutive blocks one prefetch GET may fetch
+	// (default 8): fewer, larger requests cost less on S3 and hide more
+	// latency.
+	MaxRun int
+	Logger *slog.Logger
+	// ObserveGet, if set, is called with the latency of every GET.
+	ObserveGet func(time.Duration)
+}
+
+// MinBlocks is the smallest budget, in blocks, that Options.Size may give.
+const MinBlocks = 16
+
+// Stats are the cache's counters since New.
+type Stats struct {
+	Hits   int64 // block requests that started no GET
+	Misses int64 // block requests that started a GET
+	Gets   int64 // GETs issued, retries and refetches included
+	// BytesFetched counts bytes received from the store; BytesServed bytes
+	// returned to readers. Their ratio is the read amplification.
+	BytesFetched int64
+	BytesServed  int64
+	// VerifyFailures counts GETs whose bytes failed CRC32C verification.
+	VerifyFailures int64
+	// PrefetchBytes is the memory now held by prefetched blocks, fetched
+	// or in flight, not yet read.
+	PrefetchBytes int64
+}
+
+// Cache serves byte ranges of packs from verified blocks. It is safe for
+// concurrent use.
+type Cache struct {
+	// Dependencies and constant data.
+	store       store.Store
+	chunk       int64
+	log         *slog.Logger
+	observeGet  func(time.Duration)
+	maxRun      int // blocks per prefetch GET, at most
+	lru         *ristretto.Cache[string, *lruRef]
+	free        chan []byte         // reusable block buffers, cap = chunk
+	prefetchSem *semaphore.Weighted // bytes of prefetched blocks
+	prefetchCap int64
+	slots       *semaphore.Weighted // concurrent prefetch GETs
+	demandCap   int64
+	life        context.Context // fetches run under it, not under a reader's
+	stop        context.CancelFunc
+	fetches     sync.WaitGroup // running fetch goroutines
+	closeMu     sync.RWMutex   // write-held only by Close
+	closed      bool           // GUARDED_BY(closeMu)
+
+	mu sync.Mutex
+	// calls holds the blocks being fetched and the staged ones.
+	// GUARDED_BY(mu). INVARIANT: a staged entry (done, no error) holds
+	// prefetch weight or sits in demand, never both.
+	calls       map[blockKey]*entry
+	demand      *list.List // GUARDED_BY(mu): staged partly read blocks, oldest first
+	demandBytes int64      // GUARDED_BY(mu)
+	// recent holds the keys of the blocks most recently read whole, so
+	// the prefetcher does not fetch again what a reader already has (the
+	// ristretto cache may have declined to keep it). GUARDED_BY(mu).
+	recent *keyRing
+
+	hits, misses, gets, fetched, served, verifyFailures, prefetchBytes atomic.Int64
+}
+
+type blockKey struct {
+	pack string
+	i    int
+}
+
+func (k blockKey) String() string { return k.pack + "#" + strconv.Itoa(k.i) }
+
+// block is a verified block in a reusable buffer.
+type block struct {
+	data []byte       // never modified while refs > 0
+	refs atomic.Int32 // 0: dead for good, its buffer may be reused
+}
+
+// tryAcquire takes a reference unless the block is already dead.
+func (b *block) tryAcquire() bool {
+	for {
+		r := b.refs.Load()
+		if r <= 0 {
+			return false
+		}
+		if b.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// release drops a reference; the last one recycles the buffer.
+func (c *Cache) release(b *block) {
+	switch r := b.refs.Add(-1); {
+	case r == 0:
+		c.putBuf(b.data)
+	case r < 0:
+		panic("cache: block released more often than acquired")
+	}
+}
+
+// lruRef is the ristretto cache's reference to a block, released once.
+type lruRef struct {
+	blk      *block
+	released atomic.Bool
+}
+
+func (c *Cache) lruExit(r *lruRef) {
+	if r != nil && r.released.CompareAndSwap(false, true) {
+		c.release(r.blk)
+	}
+}
+
+// lruSet puts a block into the ristretto cache with its own reference.
+// The caller holds a reference, so tryAcquire cannot fail.
+func (c *Cache) lruSet(k blockKey, b *block) {
+	if !b.tryAcquire() {
+		return
+	}
+	r := &lruRef{blk: b}
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed || !c.lru.Set(k.String(), r, int64(len(b.data))) {
+		c.lruExit(r) // dropped: no callback will come
+	}
+}
+
+// lruGet looks a block up in the ristretto cache and takes a reference.
+func (c *Cache) lruGet(k blockKey) (*block, bool) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed {
+		return nil, false
+	}
+	r, ok := c.lru.Get(k.String())
+	if !ok || !r.blk.tryAcquire() {
+		return nil, false
+	}
+	return r.blk, true
+}
+
+// lruWait waits until the ristretto cache applied the sets made so far.
+func (c *Cache) lruWait() {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if !c.closed {
+		c.lru.Wait()
+	}
+}
+
+func (c *Cache) getBuf(n int64) []byte {
+	select {
+	case b := <-c.free:
+		return b[:n]
+	default:
+		return make([]byte, n, c.chunk)
+	}
+}
+
+func (c *Cache) putBuf(b []byte) {
+	if int64(cap(b)) != c.chunk {
+		return
+	}
+	select {
+	case c.free <- b[:cap(b)]:
+	default:
+	}
+}
+
+// entry is one block being fetched, or fetched and staged.
+type entry struct {
+	key  blockKey
+	done chan struct{} // closed once blk or err is set
+	blk  *block        // after done, when err == nil
+	err  error
+
+	// GUARDED_BY(Cache.mu):
+	refs     int           // waiters while not done; a prefetch job counts as one
+	run      *fetchRun     // the GET fetching it
+	prefetch bool          // staged for a prefetch job until read
+	weight   int64         // prefetch semaphore bytes held
+	served   int64         // bytes handed to readers
+	leaving  bool          // read whole, moving to the ristretto cache
+	staged   bool          // holds a reference to blk (staging's)
+	elem     *list.Element // in Cache.demand, or nil
+}
+
+func (e *entry) finished() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// New returns a cache over o.Store. Close releases it.
+func New(o Options) (*Cache, error) {
+	if o.ChunkSize <= 0 {
+		return nil, fmt.Errorf("cache: chunk size %d must be positive", o.ChunkSize)
+	}
+	if o.Size < MinBlocks*o.ChunkSize {
+		return nil, fmt.Errorf("cache size %d bytes holds fewer than %d blocks of %d bytes; give at least %d bytes",
+			o.Size, MinBlocks, o.ChunkSize, MinBlocks*o.ChunkSize)
+	}
+	if o.Fetchers <= 0 {
+		o.Fetchers = 16
+	}
+	if o.MaxRun <= 0 {
+		o.MaxRun = 8
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	prefetchCap := o.Size / 2
+	demandCap := o.Size / 8
+	lruCap := o.Size - prefetchCap - demandCap
+	items := max(lruCap/o.ChunkSize, 64)
+	c := &Cache{}
+	lru, err := ristretto.NewCache(&ristretto.Config[string, *lruRef]{
+		NumCounters:        items * 10,
+		MaxCost:            lruCap,
+		BufferItems:        64,
+		IgnoreInternalCost: true, // cost is bytes of block data; metadata is small
+		OnExit:             c.lruExit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	life, stop := context.WithCancel(context.Background())
+	*c = Cache{
+		// Buffers are only allocated when none is free, so the free list
+		// never holds more than the most blocks ever held at once: it
+		// needs no bound of its own.
+		free:        make(chan []byte, o.Size/o.ChunkSize+MinBlocks),
+		recent:      newKeyRing(int(max(256, 2*o.Size/o.ChunkSize))),
+		store:       o.Store,
+		chunk:       o.ChunkSize,
+		log:         o.Logger,
+		observeGet:  o.ObserveGet,
+		maxRun:      o.MaxRun,
+		lru:         lru,
+		prefetchSem: semaphore.NewWeighted(prefetchCap),
+		prefetchCap: prefetchCap,
+		slots:       semaphore.NewWeighted(int64(o.Fetchers)),
+		demandCap:   demandCap,
+		life:        life,
+		stop:        stop,
+		calls:       map[blockKey]*entry{},
+		demand:      list.New(),
+	}
+	return c, nil
+}
+
+// Close cancels every fetch, waits for them to end and drops the cached
+// blocks. Reads after Close fail.
+func (c *Cache) Close() {
+	c.mu.Lock()
+	c.stop()
+	c.mu.Unlock()
+	c.fetches.Wait()
+	// Ristretto must not be closed under a Set (it would send on a closed
+	// channel): readers may still be finishing.
+	c.closeMu.Lock()
+	c.closed = true
+	c.closeMu.Unlock()
+	c.lru.Close()
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	return Stats{
+		Hits:           c.hits.Load(),
+		Misses:         c.misses.Load(),
+		Gets:           c.gets.Load(),
+		BytesFetched:   c.fetched.Load(),
+		BytesServed:    c.served.Load(),
+		VerifyFailures: c.verifyFailures.Load(),
+		PrefetchBytes:  c.prefetchBytes.Load(),
+	}
+}
+
+// blockLen is the size of block i of p.
+func (c *Cache) blockLen(p *txn.Pack, i int) int64 {
+	return min(c.chunk, p.Size-int64(i)*c.chunk)
+}
+
+// ReadAt reads up to len(dst) bytes of pack p at off into dst and returns
+// how many it read: fewer only at the end of the pack. Every byte comes
+// from a verified block. The blocks a read spans are fetched in parallel.
+func (c *Cache) ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at negative offset %d", p.Key, off)
+	}
+	if off >= p.Size || len(dst) == 0 {
+		return 0, nil
+	}
+	end := min(off+int64(len(dst)), p.Size)
+	first, last := int(off/c.chunk), int((end-1)/c.chunk)
+	blocks := make([]*block, last-first+1)
+	errs := make([]error, len(blocks))
+	var wg sync.WaitGroup
+	for k := 1; k < len(blocks); k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			blocks[k], errs[k] = c.block(ctx, p, first+k)
+		}()
+	}
+	blocks[0], errs[0] = c.block(ctx, p, first)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, b := range blocks {
+			if b != nil {
+				c.release(b)
+			}
+		}
+		return 0, err
+	}
+	n := 0
+	for k, b := range blocks {
+		i := first + k
+		lo := max(off-int64(i)*c.chunk, 0)
+		hi := min(end-int64(i)*c.chunk, int64(len(b.data)))
+		m := copy(dst[n:], b.data[lo:hi])
+		n += m
+		c.release(b)
+		c.markServed(blockKey{p.Key, i}, int64(m))
+	}
+	c.served.Add(int64(n))
+	return n, nil
+}
+
+// block returns block i of p, verified, with a reference the caller
+// releases.
+func (c *Cache) block(ctx context.Context, p *txn.Pack, i int) (*block, error) {
+	if i < 0 || i >= len(p.Chunks) {
+		return nil, fmt.Errorf("pack %s has no block %d", p.Key, i)
+	}
+	k := blockKey{p.Key, i}
+	for {
+		if b, ok := c.lruGet(k); ok {
+			c.hits.Add(1)
+			return b, nil
+		}
+		c.mu.Lock()
+		e := c.calls[k]
+		switch {
+		case e != nil && e.finished():
+			// Staged: staging holds a reference, so this cannot fail.
+			ok := e.blk.tryAcquire()
+			c.mu.Unlock()
+			if ok {
+				c.hits.Add(1)
+				return e.blk, nil
+			}
+			continue
+		case e != nil:
+			e.refs++
+			c.hits.Add(1)
+		default:
+			e = c.startLocked(p, i, 1, false, false)[0]
+			c.misses.Add(1)
+		}
+		c.mu.Unlock()
+		select {
+		case <-e.done:
+			if e.err != nil {
+				return nil, e.err
+			}
+			if e.blk.tryAcquire() {
+				return e.blk, nil
+			}
+			// Already read whole and evicted by the time this reader woke:
+			// look again.
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.leaveLocked(e)
+			c.mu.Unlock()
+			return nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, ctx.Err())
+		}
+	}
+}
+
+// startLocked registers a fetch of blocks first..first+n-1 of p, one
+// waiter each (the reader, or the prefetch job), and starts it. weight is
+// prefetch memory held per block (0 for a read); slot says whether the
+// caller holds a prefetch GET slot that the fetch releases.
+func (c *Cache) startLocked(p *txn.Pack, first, n int, prefetch bool, slot bool) []*entry {
+	fctx, cancel := context.WithCancel(c.life)
+	run := &fetchRun{cancel: cancel, live: n}
+	es := make([]*entry, n)
+	for k := range es {
+		key := blockKey{p.Key, first + k}
+		e := &entry{key: key, done: make(chan struct{}), refs: 1, run: run, prefetch: prefetch}
+		if prefetch {
+			e.weight = c.blockLen(p, first+k)
+		}
+		c.calls[key] = e
+		es[k] = e
+	}
+	// Add under mu, and Close cancels c.life under mu: after Close has
+	// waited, no fetch starts (a cancelled context fails at once).
+	c.fetches.Add(1)
+	go func() {
+		defer c.fetches.Done()
+		c.fetch(fctx, p, es, slot)
+	}()
+	return es
+}
+
+// leaveLocked drops one waiter of an unfinished fetch; when no block of
+// the run has a waiter left, the GET is cancelled.
+func (c *Cache) leaveLocked(e *entry) {
+	if e.finished() {
+		return
+	}
+	e.refs--
+	if e.refs > 0 {
+		return
+	}
+	if c.calls[e.key] == e {
+		delete(c.calls, e.key)
+	}
+	c.releaseLocked(e)
+	if e.run.live--; e.run.live == 0 {
+		e.run.cancel()
+	}
+}
+
+// releaseLocked returns e's prefetch memory, once.
+func (c *Cache) releaseLocked(e *entry) {
+	if e.weight > 0 {
+		c.prefetchSem.Release(e.weight)
+		c.prefetchBytes.Add(-e.weight)
+		e.weight = 0
+	}
+}
+
+// fetchRun is one GET for consecutive blocks of a pack (one block for a
+// read, up to Options.MaxRun for a prefetch). Its context is cancelled
+// when none of its blocks has a waiter any more.
+type fetchRun struct {
+	cancel context.CancelFunc
+	live   int // GUARDED_BY(Cache.mu): entries with waiters
+}
+
+// fetch runs the GET of a run of blocks and completes their entries.
+func (c *Cache) fetch(ctx context.Context, p *txn.Pack, es []*entry, slot bool) {
+	first := es[0].key.i
+	off := int64(first) * c.chunk
+	var total int64
+	for _, e := range es {
+		total += c.blockLen(p, e.key.i)
+	}
+	raw, err := c.getRange(ctx, p, off, total)
+	for _, e := range es {
+		i := e.key.i
+		if err != nil {
+			c.complete(e, nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err))
+			continue
+		}
+		lo := int64(i-first) * c.chunk
+		blk, ok := c.verify(p, i, raw[lo:lo+c.blockLen(p, i)])
+		if ok {
+			c.complete(e, blk, nil)
+			continue
+		}
+		blk, berr := c.refetch(ctx, p, i)
+		c.complete(e, blk, berr)
+	}
+	if slot {
+		c.slots.Release(1)
+	}
+	es[0].run.cancel()
+}
+
+// complete publishes a fetched block (or the error) to its entry's
+// waiters and stages it.
+func (c *Cache) complete(e *entry, blk *block, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.blk, e.err = blk, err
+	close(e.done)
+	switch {
+	case err != nil:
+		if c.calls[e.key] == e {
+			delete(c.calls, e.key)
+		}
+		c.releaseLocked(e)
+	case c.calls[e.key] != e:
+		// Abandoned (every waiter left) or detached from a dropped job:
+		// keep it cached for waiters that may remain, not staged.
+		c.releaseLocked(e)
+		c.lruSet(e.key, blk)
+		c.release(blk)
+	case e.prefetch:
+		// Staged under its prefetch weight until read or dropped; the
+		// fetch's reference becomes staging's.
+		e.staged = true
+	default:
+		e.staged = true
+		e.elem = c.demand.PushBack(e)
+		c.demandBytes += int64(len(blk.data))
+		for c.demandBytes > c.demandCap {
+			c.unstageLocked(c.demand.Front().Value.(*entry), true)
+		}
+	}
+}
+
+// unstageLocked removes a finished entry from the staging area, keeping
+// its block in the ristretto cache if keep.
+func (c *Cache) unstageLocked(e *entry, keep bool) {
+	if c.calls[e.key] == e {
+		delete(c.calls, e.key)
+	}
+	if e.elem != nil {
+		c.demand.Remove(e.elem)
+		c.demandBytes -= int64(len(e.blk.data))
+		e.elem = nil
+	}
+	c.releaseLocked(e)
+	if e.staged {
+		if keep {
+			c.lruSet(e.key, e.blk)
+		}
+		e.staged = false
+		c.release(e.blk)
+	}
+}
+
+// markServed records n bytes of block k handed to a reader; a staged block
+// read whole leaves staging for the ristretto cache.
+func (c *Cache) markServed(k blockKey, n int64) {
+	c.mu.Lock()
+	e := c.calls[k]
+	if e == nil || !e.staged || e.leaving {
+		c.mu.Unlock()
+		return
+	}
+	e.served += n
+	if e.served < int64(len(e.blk.data)) {
+		c.mu.Unlock()
+		return
+	}
+	e.leaving = true
+	c.recent.add(k)
+	c.mu.Unlock()
+	// Into the cache first (ristretto applies sets asynchronously), then
+	// out of staging: a block in neither place would be fetched again by
+	// the prefetcher. Staging's reference keeps the block alive meanwhile.
+	c.lruSet(k, e.blk)
+	c.lruWait()
+	c.mu.Lock()
+	c.unstageLocked(e, false)
+	c.mu.Unlock()
+}
+
+// Retry policy of a GET.
+const (
+	maxAttempts  = 4
+	firstBackoff = 50 * time.Millisecond
+)
+
+// getRange GETs n bytes of p at off, retrying transient store errors a
+// few times.
+func (c *Cache) getRange(ctx context.Context, p *txn.Pack, off, n int64) ([]byte, error) {
+	backoff := firstBackoff
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		b, err := c.store.GetRange(ctx, p.Key, off, n)
+		c.gets.Add(1)
+		if c.observeGet != nil {
+			c.observeGet(time.Since(start))
+		}
+		if err == nil {
+			c.fetched.Add(int64(len(b)))
+			if int64(len(b)) != n {
+				// Not the store's contract; verification would fail anyway.
+				return nil, fmt.Errorf("store returned %d bytes for %d at %d of %s", len(b), n, off, p.Key)
+			}
+			return b, nil
+		}
+		if ctx.Err() != nil || permanent(err) || attempt >= maxAttempts {
+			return nil, err
+		}
+		c.log.Warn("GET failed; retrying", "pack", p.Key, "offset", off, "size", n, "attempt", attempt, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+		backoff *= 4
+	}
+}
+
+// verify copies block i's raw bytes into a reused buffer and checks the
+// copy (what is verified is what readers get) against its CRC32C. A
+// mismatch is counted and logged; the caller refetches once.
+func (c *Cache) verify(p *txn.Pack, i int, raw []byte) (*block, bool) {
+	buf := c.getBuf(int64(len(raw)))
+	copy(buf, raw)
+	got := txn.CRC32C(buf)
+	if got == p.Chunks[i] {
+		blk := &block{data: buf}
+		blk.refs.Store(1)
+		return blk, true
+	}
+	c.putBuf(buf)
+	c.verifyFailures.Add(1)
+	c.log.Warn("block failed CRC32C verification; refetching once",
+		"pack", p.Key, "block", i, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+	return nil, false
+}
+
+// refetch GETs block i of p again after its bytes failed verification;
+// a second mismatch is ErrChecksum.
+func (c *Cache) refetch(ctx context.Context, p *txn.Pack, i int) (*block, error) {
+	off, n := int64(i)*c.chunk, c.blockLen(p, i)
+	raw, err := c.getRange(ctx, p, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err)
+	}
+	buf := c.getBuf(n)
+	copy(buf, raw)
+	got := txn.CRC32C(buf)
+	if got == p.Chunks[i] {
+		blk := &block{data: buf}
+		blk.refs.Store(1)
+		return blk, nil
+	}
+	c.putBuf(buf)
+	c.verifyFailures.Add(1)
+	c.log.Error("block failed CRC32C verification twice; returning EIO",
+		"pack", p.Key, "block", i, "offset", off, "size", n, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+	return nil, fmt.Errorf("%w: %s block %d (bytes %d-%d): CRC32C %08x, manifest says %08x",
+		ErrChecksum, p.Key, i, off, off+n-1, got, p.Chunks[i])
+}
+
+// permanent reports store errors that a retry cannot fix.
+func permanent(err error) bool {
+	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRange) || errors.Is(err, store.ErrInvalid)
+}
+
+// keyRing is a bounded set of block keys that forgets the oldest.
+type keyRing struct {
+	keys []blockKey
+	next int
+	set  map[blockKey]int // key -> how many times it is in keys
+}
+
+func newKeyRing(n int) *keyRing {
+	return &keyRing{keys: make([]blockKey, 0, n), set: make(map[blockKey]int, n)}
+}
+
+func (r *keyRing) add(k blockKey) {
+	if len(r.keys) < cap(r.keys) {
+		r.keys = append(r.keys, k)
+	} else {
+		old := r.keys[r.next]
+		if r.set[old]--; r.set[old] == 0 {
+			delete(r.set, old)
+		}
+		r.keys[r.next] = k
+		r.next = (r.next + 1) % len(r.keys)
+	}
+	r.set[k]++
+}
+
+func (r *keyRing) has(k blockKey) bool { return r.set[k] > 0 }

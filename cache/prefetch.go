@@ -1,0 +1,308 @@
+package cache
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+// PrefetchOptions configure a Prefetcher.
+type PrefetchOptions struct {
+	// Depth is P: touching step n prefetches steps n..n+P. 0 disables
+	// prefetching.
+	Depth int
+	// Packs returns the packs this node reads of a step, and false when the
+	// step is not committed or was reclaimed.
+	Packs  func(step int64) ([]*txn.Pack, bool)
+	Logger *slog.Logger
+}
+
+// Prefetcher fetches the step a reader touches and the P steps after it
+// into the cache, nearest step first, with at most Options.Fetchers GETs
+// in flight and at most Size/2 bytes staged. The touched step itself is
+// included so that its remaining blocks arrive in parallel while the
+// reader works through them; blocks already in flight, staged, cached or
+// read recently are skipped, so nothing is fetched twice.
+//
+// The reader's position is the highest step touched (it moves back only on
+// a jump of more than 2P+2 steps, e.g. a job restarted from a
+// checkpoint). A job prefetches one step; it is dropped, cancelling its
+// GETs and freeing its unread blocks, once its step falls outside
+// [position-P-2, position+P] or is reclaimed: the slack below the position
+// lets several workers read neighbouring steps at once.
+type Prefetcher struct {
+	// Dependencies and constant data.
+	c     *Cache
+	depth int
+	packs func(int64) ([]*txn.Pack, bool)
+	log   *slog.Logger
+	ctx   context.Context
+	kick  chan struct{} // wakes the scheduler; capacity 1
+
+	last atomic.Int64 // last touched step: Touch's fast path
+
+	mu     sync.Mutex
+	pos    int64          // GUARDED_BY(mu): the reader's position, valid if hasPos
+	hasPos bool           // GUARDED_BY(mu)
+	jobs   map[int64]*job // GUARDED_BY(mu)
+}
+
+// job prefetches the packs of one step.
+type job struct {
+	step   int64
+	packs  []*txn.Pack
+	ctx    context.Context
+	cancel context.CancelFunc
+	pi, bi int // GUARDED_BY(Prefetcher.mu): next pack and block to issue
+
+	entries []*entry // GUARDED_BY(Cache.mu): blocks this job started
+	dropped bool     // GUARDED_BY(Cache.mu)
+}
+
+// NewPrefetcher starts a prefetcher over c; it stops when ctx ends.
+func (c *Cache) NewPrefetcher(ctx context.Context, o PrefetchOptions) *Prefetcher {
+	if o.Logger == nil {
+		o.Logger = c.log
+	}
+	p := &Prefetcher{
+		c:     c,
+		depth: o.Depth,
+		packs: o.Packs,
+		log:   o.Logger,
+		ctx:   ctx,
+		kick:  make(chan struct{}, 1),
+		jobs:  map[int64]*job{},
+	}
+	p.last.Store(-1)
+	if p.depth > 0 {
+		go p.run()
+		context.AfterFunc(ctx, p.dropAll)
+	}
+	return p
+}
+
+// Touch tells the prefetcher that a reader opened a file of step n.
+func (p *Prefetcher) Touch(n int64) {
+	if p.depth <= 0 || p.last.Swap(n) == n || p.ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.hasPos || n > p.pos || n < p.pos-int64(2*p.depth+2) {
+		p.pos, p.hasPos = n, true
+	}
+	p.reconcileLocked(n)
+}
+
+// Kick re-evaluates the window after the view changed: steps committed
+// since are prefetched, reclaimed ones dropped.
+func (p *Prefetcher) Kick() {
+	if p.depth <= 0 || p.ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hasPos {
+		p.reconcileLocked(p.pos)
+	}
+}
+
+// Depth is how many steps beyond the reader's position are being
+// prefetched or held.
+func (p *Prefetcher) Depth() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for s := range p.jobs {
+		if s > p.pos {
+			n++
+		}
+	}
+	return n
+}
+
+// reconcileLocked starts jobs for steps from..from+P inside the window and
+// drops the jobs outside it.
+func (p *Prefetcher) reconcileLocked(from int64) {
+	lo, hi := p.pos-int64(p.depth)-2, p.pos+int64(p.depth)
+	for s, j := range p.jobs {
+		if s < lo || s > hi {
+			p.dropLocked(j)
+			continue
+		}
+		if _, ok := p.packs(s); !ok {
+			p.dropLocked(j) // reclaimed
+		}
+	}
+	started := false
+	for s := max(from, lo); s <= min(from+int64(p.depth), hi); s++ {
+		if p.jobs[s] != nil {
+			continue
+		}
+		packs, ok := p.packs(s)
+		if !ok {
+			break // not committed yet: Kick starts it later
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		p.jobs[s] = &job{step: s, packs: packs, ctx: ctx, cancel: cancel}
+		started = true
+	}
+	if started {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *Prefetcher) dropLocked(j *job) {
+	delete(p.jobs, j.step)
+	j.cancel()
+	p.c.dropJob(j)
+}
+
+func (p *Prefetcher) dropAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, j := range p.jobs {
+		p.dropLocked(j)
+	}
+}
+
+// next returns the next blocks to prefetch: up to maxRun blocks of one
+// pack, from the lowest step's first block not issued yet.
+func (p *Prefetcher) next() (*job, *txn.Pack, int, int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *job
+	for _, j := range p.jobs {
+		for j.pi < len(j.packs) && j.bi >= len(j.packs[j.pi].Chunks) {
+			j.pi, j.bi = j.pi+1, 0
+		}
+		if j.pi < len(j.packs) && (best == nil || j.step < best.step) {
+			best = j
+		}
+	}
+	if best == nil {
+		return nil, nil, 0, 0, false
+	}
+	pk, i := best.packs[best.pi], best.bi
+	n := min(p.c.maxRun, len(pk.Chunks)-i)
+	best.bi += n
+	return best, pk, i, n, true
+}
+
+// run is the scheduler: it issues GETs one at a time, blocking for a GET
+// slot and prefetch memory, so the nearest step always goes first.
+func (p *Prefetcher) run() {
+	for {
+		j, pk, i, n, ok := p.next()
+		if !ok {
+			select {
+			case <-p.kick:
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		if err := p.c.prefetch(j, pk, i, n); err != nil && j.ctx.Err() == nil {
+			p.log.Debug("prefetch stopped", "step", j.step, "err", err)
+		}
+	}
+}
+
+// absentLocked reports whether block k is nowhere: not in flight, staged,
+// cached, or read recently.
+func (c *Cache) absentLocked(k blockKey) bool {
+	_, busy := c.calls[k]
+	return !busy && !c.recent.has(k) && !c.lruHas(k)
+}
+
+// lruHas reports whether the ristretto cache holds block k.
+func (c *Cache) lruHas(k blockKey) bool {
+	b, ok := c.lruGet(k)
+	if ok {
+		c.release(b)
+	}
+	return ok
+}
+
+// prefetch fetches for job j the blocks first..first+n-1 of pk that are
+// absent, each run of consecutive absent blocks with one ranged GET. It
+// blocks for a GET slot and for prefetch memory.
+func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
+	for i := first; i < first+n; {
+		c.mu.Lock()
+		for i < first+n && !c.absentLocked(blockKey{pk.Key, i}) {
+			i++
+		}
+		end := i
+		for end < first+n && c.absentLocked(blockKey{pk.Key, end}) {
+			end++
+		}
+		c.mu.Unlock()
+		if i == end {
+			return nil
+		}
+		var bytes int64
+		for b := i; b < end; b++ {
+			bytes += c.blockLen(pk, b)
+		}
+		if err := c.slots.Acquire(j.ctx, 1); err != nil {
+			return err
+		}
+		if err := c.prefetchSem.Acquire(j.ctx, bytes); err != nil {
+			c.slots.Release(1)
+			return err
+		}
+		c.prefetchBytes.Add(bytes)
+		c.mu.Lock()
+		// A reader may have started some of these meanwhile: fetch the
+		// absent prefix, give back the rest.
+		run := i
+		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, run}) {
+			run++
+		}
+		var unused int64
+		for b := run; b < end; b++ {
+			unused += c.blockLen(pk, b)
+		}
+		if unused > 0 {
+			c.prefetchSem.Release(unused)
+			c.prefetchBytes.Add(-unused)
+		}
+		if run == i {
+			c.slots.Release(1)
+		} else {
+			j.entries = append(j.entries, c.startLocked(pk, i, run-i, true, true)...)
+		}
+		c.mu.Unlock()
+		i = max(run, i+1)
+	}
+	return nil
+}
+
+// dropJob lets go of a dropped job's blocks: unfinished fetches nobody
+// else waits for are cancelled, ones a reader waits for become ordinary
+// reads, and unread staged blocks are freed.
+func (c *Cache) dropJob(j *job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j.dropped = true
+	for _, e := range j.entries {
+		if c.calls[e.key] != e || !e.prefetch {
+			continue
+		}
+		if !e.finished() {
+			e.prefetch = false
+			c.releaseLocked(e)
+			c.leaveLocked(e)
+			continue
+		}
+		c.unstageLocked(e, e.served > 0)
+	}
+	j.entries = nil
+}

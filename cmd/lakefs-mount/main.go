@@ -1,0 +1,136 @@
+// Command lakefs-mount mounts a stream's read-only view on a training node.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+const description = `Mounts the stream at MOUNTPOINT, read-only:
+
+   MOUNTPOINT/steps/<n>/rank-<r>/<files>   a step appears only once committed, whole
+   MOUNTPOINT/steps/<n>/<step-level files>
+   MOUNTPOINT/head                         the highest committed step
+
+Every byte read is verified against the CRC32C recorded at production; a
+mismatch is an I/O error (EIO), never wrong data. Opening a file of step n
+prefetches steps n..n+P of this node's ranks into memory.
+
+It stays in the foreground and unmounts on SIGINT or SIGTERM. A mount point
+left stale by a killed lakefs-mount ("transport endpoint is not connected")
+is unmounted and reused; one with a live mount is refused.
+
+EXAMPLES:
+   lakefs-mount --store file:///data/stream /mnt/stream
+   lakefs-mount --store 's3://bucket/stream?endpoint=http://10.0.0.5:9000' \
+       --ranks 0-3 --cache-size 8GiB --prefetch-steps 4 --wait 10m /mnt/stream
+   python train.py   # opens /mnt/stream/steps/{step}/rank-{rank}/...
+
+EXIT STATUS:
+   0  unmounted cleanly after SIGINT/SIGTERM
+   1  operational error (store unreachable, mount point in use, ...)
+   2  usage error (bad flag or argument)`
+
+func main() {
+	os.Exit(run(os.Args))
+}
+
+// run parses the command line and runs the mount; it returns the exit
+// status.
+func run(args []string) int {
+	var o mount.Options
+	var ranks, cacheSize, readAhead string
+	var debugFUSE bool
+	actionRan := false
+	app := &cli.App{
+		Name:        "lakefs-mount",
+		Usage:       "mount a Lakestream stream read-only (FUSE)",
+		UsageText:   "lakefs-mount --store URL [options] MOUNTPOINT",
+		Description: description,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"}, Destination: &o.Store,
+				Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=..."},
+			&cli.StringFlag{Name: "ranks", Destination: &ranks, Usage: "ranks this node shows and prefetches, e.g. 0-3,8 (default: all)"},
+			&cli.StringFlag{Name: "cache-size", Value: "2GiB", Destination: &cacheSize,
+				Usage: "memory for cached and prefetched blocks; the process uses about this plus 128MiB"},
+			&cli.IntFlag{Name: "prefetch-steps", Value: mount.DefaultPrefetchSteps, Destination: &o.PrefetchSteps,
+				Usage: "P: opening a file of step n prefetches steps n..n+P (0: off)"},
+			&cli.DurationFlag{Name: "wait", Destination: &o.Wait,
+				Usage: "how long opening a step that is not committed yet waits for it (0: fail at once with ENOENT)"},
+			&cli.StringFlag{Name: "checkpoint-dir", Destination: &o.CheckpointDir,
+				Usage: "watch this directory for training checkpoints and record them in the manifest"},
+			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
+			&cli.DurationFlag{Name: "poll-interval", Value: mount.DefaultPollInterval, Destination: &o.PollInterval,
+				Usage: "how often to check the manifest log for new steps"},
+			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this node's name in _consumers/<node-id>.json (default: hostname)"},
+			&cli.DurationFlag{Name: "heartbeat-interval", Value: mount.DefaultHeartbeatInterval, Destination: &o.HeartbeatInterval,
+				Usage: "how often to write the heartbeat"},
+			&cli.StringFlag{Name: "read-ahead", Value: "4MiB", Destination: &readAhead, Usage: "kernel read-ahead of the mount"},
+			&cli.IntFlag{Name: "fetchers", Value: 16, Destination: &o.Fetchers, Usage: "concurrent prefetch GETs"},
+			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Hidden: true,
+				Usage: "add this latency to every data GET (benchmarks: simulate a remote store)"},
+			&cli.BoolFlag{Name: "allow-other", Value: true, Destination: &o.AllowOther, Usage: "let users other than the mounting one read"},
+			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
+		},
+		HideHelpCommand: true,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return err
+		},
+		Action: func(cc *cli.Context) error {
+			actionRan = true
+			if cc.NArg() != 1 {
+				return mount.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
+			}
+			o.Mountpoint = cc.Args().First()
+			var err error
+			if ranks != "" {
+				if o.Ranks, err = mount.ParseRanks(ranks); err != nil {
+					return err
+				}
+			}
+			if o.CacheSize, err = mount.ParseSize("--cache-size", cacheSize); err != nil {
+				return err
+			}
+			if o.ReadAhead, err = mount.ParseSize("--read-ahead", readAhead); err != nil {
+				return err
+			}
+			level := slog.LevelInfo
+			if debugFUSE {
+				level = slog.LevelDebug
+			}
+			o.Debug = debugFUSE
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			// Keep the heap near the cache budget: blocks are allocated and
+			// dropped all the time, and by default the heap may grow to twice
+			// what is live.
+			if debug.SetMemoryLimit(-1) == math.MaxInt64 {
+				debug.SetMemoryLimit(o.CacheSize + 96<<20)
+			}
+			ctx, stop := signal.NotifyContext(cc.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return mount.Run(ctx, o)
+		},
+	}
+	err := app.RunContext(context.Background(), args)
+	switch {
+	case err == nil:
+		return 0
+	case !actionRan || errors.Is(err, mount.ErrUsage):
+		fmt.Fprintln(os.Stderr, "lakefs-mount:", err)
+		return 2
+	default:
+		fmt.Fprintln(os.Stderr, "lakefs-mount:", err)
+		return 1
+	}
+}

@@ -1,0 +1,557 @@
+// Package fs is the read-only FUSE view of a stream:
+//
+//	<mnt>/head                          the highest committed step, as text
+//	<mnt>/steps/<n>/rank-<r>/<files>    one directory per live step
+//	<mnt>/steps/<n>/<step-level files>
+//
+// # Invariants
+//
+//   - Every request reads one immutable Snapshot (View.Load), so a step
+//     directory exists only once its TGB is committed and then has all of
+//     it: the TGB is immutable and the tree is built from it alone.
+//   - Step directories, their contents and file data never change, so
+//     they carry long kernel entry/attribute timeouts and files are opened
+//     with FOPEN_KEEP_CACHE. `head` and `steps/` change: their attributes
+//     have zero timeouts, `head` is opened with FOPEN_DIRECT_IO, failed
+//     lookups are not cached. A reclaimed step is removed from the inode
+//     tree and the kernel is told (NotifyDelete) so its dentries go.
+//   - Nothing is writable: the mount is read-only (the kernel answers
+//     EROFS), and every mutating operation that still reaches a node
+//     answers EROFS too.
+//   - Errors become errno values in one place, Root.toErrno.
+//
+// # Concurrency
+//
+// Nodes hold only immutable data (TGB pointers, trees built once). The
+// View is replaced atomically by one publisher. Kernel notifications for
+// reclaimed steps run on their own goroutine, never on the publisher's:
+// the kernel may hold the steps/ directory lock while a --wait lookup
+// waits for that very publisher.
+package fs
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+// Reader reads pack bytes: the block cache.
+type Reader interface {
+	// ReadAt reads up to len(dst) bytes of p at off (fewer only at the end
+	// of the pack), every byte verified.
+	ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) (int, error)
+}
+
+// Options configure the view.
+type Options struct {
+	View   *View
+	Reader Reader
+	// Ranks are the ranks shown; nil shows all.
+	Ranks []int
+	// Wait is how long a lookup of a step that is not committed yet waits
+	// for it (0: fail at once).
+	Wait time.Duration
+	// Touch, if set, is called when a file of a step is opened (the
+	// prefetch trigger).
+	Touch func(step int64)
+	// Served, if set, is called after bytes of a step were read.
+	Served func(step int64, n int)
+	// BlockSize is st_blksize of files: the I/O size tools should use.
+	BlockSize uint32
+	Logger    *slog.Logger
+}
+
+// ImmutableTimeout is the kernel entry and attribute timeout of step
+// directories and files. Reclamation is notified, so it can be long.
+const ImmutableTimeout = time.Hour
+
+// MaxRead is the largest READ the kernel sends (max_read, max_pages).
+const MaxRead = 1 << 20
+
+// Root is the root directory node of the view.
+type Root struct {
+	gofs.Inode
+	readOnly
+
+	// Constant after New.
+	view    *View
+	reader  Reader
+	ranks   map[int]bool // nil: all
+	wait    time.Duration
+	touch   func(int64)
+	servedf func(int64, int)
+	blksize uint32
+	log     *slog.Logger
+
+	steps  atomic.Pointer[gofs.Inode] // set in OnAdd
+	notify sync.Mutex                 // serialises kernel notifications
+}
+
+// New returns the root of a view; mount it with gofs.Mount and
+// Root.MountOptions.
+func New(o Options) *Root {
+	r := &Root{
+		view:    o.View,
+		reader:  o.Reader,
+		wait:    o.Wait,
+		touch:   o.Touch,
+		servedf: o.Served,
+		blksize: o.BlockSize,
+		log:     o.Logger,
+	}
+	if o.Ranks != nil {
+		r.ranks = map[int]bool{}
+		for _, rk := range o.Ranks {
+			r.ranks[rk] = true
+		}
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if r.blksize == 0 {
+		r.blksize = 1 << 20
+	}
+	return r
+}
+
+// MountOptions are the FUSE options the view's guarantees rely on:
+// read-only, no default caching (nodes set their own timeouts), 1 MiB
+// reads.
+func (r *Root) MountOptions(allowOther, debug bool) *gofs.Options {
+	zero := time.Duration(0)
+	return &gofs.Options{
+		EntryTimeout:    &zero,
+		AttrTimeout:     &zero,
+		NegativeTimeout: &zero,
+		MountOptions: fuse.MountOptions{
+			Options:           []string{"ro"},
+			DirectMountFlags:  syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
+			DirectMount:       true,
+			DirectMountStrict: true,
+			AllowOther:        allowOther,
+			FsName:            "lakefs",
+			Name:              "lakefs",
+			MaxWrite:          MaxRead,
+			MaxReadAhead:      MaxRead,
+			// go-fuse logs a splice warning on every 1 MiB reply otherwise.
+			DisableSplice: true,
+			// head is FOPEN_DIRECT_IO; let it be mmapped like any file.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			Debug:             debug,
+		},
+	}
+}
+
+// Publish shows a new snapshot. Steps it no longer has (reclaimed) leave
+// the inode tree, and the kernel is told to drop their dentries.
+func (r *Root) Publish(s *Snapshot) {
+	old := r.view.Publish(s)
+	if s.LiveFrom <= old.LiveFrom {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.forgetBelow(s.LiveFrom)
+	}()
+	// Usually the kernel takes the notifications at once; but it holds the
+	// steps/ directory lock while a --wait lookup in it waits, so do not
+	// stall the publisher for long.
+	t := time.NewTimer(notifyPatience)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		r.log.Debug("kernel notification for reclaimed steps is slow; continuing without waiting")
+	}
+}
+
+// notifyPatience is how long Publish waits for the kernel to take the
+// notifications of reclaimed steps.
+const notifyPatience = time.Second
+
+// forgetBelow removes the step directories below live from the tree and
+// the kernel's dentry cache.
+func (r *Root) forgetBelow(live int64) {
+	steps := r.steps.Load()
+	if steps == nil {
+		return
+	}
+	r.notify.Lock()
+	defer r.notify.Unlock()
+	for name, ch := range steps.Children() {
+		n, ok := parseStep(name)
+		if !ok || n >= live {
+			continue
+		}
+		steps.RmChild(name)
+		if errno := steps.NotifyDelete(name, ch); errno != 0 && errno != syscall.ENOENT {
+			r.log.Debug("kernel notification for a reclaimed step failed", "step", n, "errno", errno)
+		}
+	}
+}
+
+var (
+	_ gofs.NodeOnAdder   = (*Root)(nil)
+	_ gofs.NodeGetattrer = (*Root)(nil)
+	_ gofs.NodeLookuper  = (*Root)(nil)
+	_ gofs.NodeStatfser  = (*Root)(nil)
+)
+
+// OnAdd creates the fixed children, steps/ and head.
+func (r *Root) OnAdd(ctx context.Context) {
+	steps := r.NewPersistentInode(ctx, &stepsNode{r: r}, gofs.StableAttr{Mode: syscall.S_IFDIR})
+	r.AddChild("steps", steps, true)
+	r.steps.Store(steps)
+	head := r.NewPersistentInode(ctx, &headNode{r: r}, gofs.StableAttr{Mode: syscall.S_IFREG})
+	r.AddChild("head", head, true)
+}
+
+func (r *Root) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	r.dirAttr(&out.Attr, r.view.Load().Time)
+	return 0
+}
+
+// Lookup finds steps/ and head. The names never change, so the kernel may
+// keep the entries; their attributes do change and are never cached.
+func (r *Root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch := r.GetChild(name)
+	if ch == nil {
+		return nil, syscall.ENOENT
+	}
+	var a fuse.AttrOut
+	if errno := ch.Operations().(gofs.NodeGetattrer).Getattr(ctx, nil, &a); errno != 0 {
+		return nil, errno
+	}
+	out.Attr = a.Attr
+	out.SetEntryTimeout(ImmutableTimeout)
+	return ch, 0
+}
+
+func (r *Root) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	out.Bsize = r.blksize
+	out.Frsize = r.blksize
+	out.NameLen = 255
+	return 0
+}
+
+func (r *Root) dirAttr(a *fuse.Attr, t time.Time) {
+	a.Mode = syscall.S_IFDIR | 0o555
+	a.Nlink = 1 // "unknown": find must not count subdirectories
+	a.Blksize = r.blksize
+	a.SetTimes(&t, &t, &t)
+}
+
+func (r *Root) fileAttr(a *fuse.Attr, size int64, t time.Time) {
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
+	a.Size = uint64(size)
+	a.Blocks = uint64((size + 511) / 512)
+	a.Blksize = r.blksize
+	a.SetTimes(&t, &t, &t)
+}
+
+// parseStep accepts a step directory name: a decimal number in canonical
+// form.
+func parseStep(name string) (int64, bool) {
+	if name == "" || len(name) > 19 || (name[0] == '0' && len(name) > 1) {
+		return 0, false
+	}
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	return n, err == nil
+}
+
+// headNode is <mnt>/head: the highest committed step and a newline, or
+// empty before the first commit. Its content changes, so it is never
+// cached.
+type headNode struct {
+	gofs.Inode
+	readOnly
+	r *Root
+}
+
+var (
+	_ gofs.NodeGetattrer = (*headNode)(nil)
+	_ gofs.NodeOpener    = (*headNode)(nil)
+	_ gofs.NodeReader    = (*headNode)(nil)
+)
+
+func headText(s *Snapshot) []byte {
+	h, ok := s.Head()
+	if !ok {
+		return nil
+	}
+	return []byte(strconv.FormatInt(h, 10) + "\n")
+}
+
+func (h *headNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s := h.r.view.Load()
+	h.r.fileAttr(&out.Attr, int64(len(headText(s))), s.Time)
+	return 0
+}
+
+func (h *headNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if writeFlags(flags) {
+		return nil, 0, syscall.EROFS
+	}
+	// Direct I/O: each read sees the current head, whatever size the
+	// kernel last saw.
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (h *headNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	b := headText(h.r.view.Load())
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(b[off:min(int64(len(b)), off+int64(len(dest)))]), 0
+}
+
+// stepsNode is <mnt>/steps: one directory per live step.
+type stepsNode struct {
+	gofs.Inode
+	readOnly
+	r *Root
+}
+
+var (
+	_ gofs.NodeGetattrer = (*stepsNode)(nil)
+	_ gofs.NodeLookuper  = (*stepsNode)(nil)
+	_ gofs.NodeReaddirer = (*stepsNode)(nil)
+)
+
+func (s *stepsNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s.r.dirAttr(&out.Attr, s.r.view.Load().Time)
+	return 0
+}
+
+func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	n, ok := parseStep(name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	tgb, err := s.r.view.WaitStep(ctx, n, s.r.wait)
+	if err != nil {
+		return nil, s.r.toErrno("lookup", "steps/"+name, err)
+	}
+	s.r.dirAttr(&out.Attr, tgb.Time)
+	out.SetEntryTimeout(ImmutableTimeout)
+	out.SetAttrTimeout(ImmutableTimeout)
+	if ch := s.GetChild(name); ch != nil {
+		if d, ok := ch.Operations().(*dirNode); ok && d.tgb == tgb {
+			return ch, 0
+		}
+	}
+	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name}
+	d.tree = sync.OnceValue(func() *tree { return stepTree(tgb, s.r.ranks) })
+	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+func (s *stepsNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	snap := s.r.view.Load()
+	list := make([]fuse.DirEntry, len(snap.Steps))
+	for i := range snap.Steps {
+		list[i] = fuse.DirEntry{Name: strconv.FormatInt(snap.LiveFrom+int64(i), 10), Mode: syscall.S_IFDIR}
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+// dirNode is a directory inside a step: the step itself, a rank, or a
+// subdirectory of file names.
+type dirNode struct {
+	gofs.Inode
+	readOnly
+	r    *Root
+	tgb  *txn.TGB
+	path string // for logs
+	tree func() *tree
+}
+
+var (
+	_ gofs.NodeGetattrer = (*dirNode)(nil)
+	_ gofs.NodeLookuper  = (*dirNode)(nil)
+	_ gofs.NodeReaddirer = (*dirNode)(nil)
+)
+
+func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.r.dirAttr(&out.Attr, d.tgb.Time)
+	out.SetTimeout(ImmutableTimeout)
+	return 0
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	e := d.tree().kids[name]
+	if e == nil {
+		return nil, syscall.ENOENT
+	}
+	if e.dir != nil {
+		d.r.dirAttr(&out.Attr, d.tgb.Time)
+	} else {
+		d.r.fileAttr(&out.Attr, e.file.Size, d.tgb.Time)
+	}
+	out.SetEntryTimeout(ImmutableTimeout)
+	out.SetAttrTimeout(ImmutableTimeout)
+	if ch := d.GetChild(name); ch != nil {
+		return ch, 0 // children of an immutable directory never change
+	}
+	path := d.path + "/" + name
+	if e.dir != nil {
+		sub := e.dir
+		return d.NewInode(ctx, &dirNode{r: d.r, tgb: d.tgb, path: path, tree: func() *tree { return sub }},
+			gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
+	return d.NewInode(ctx, &fileNode{r: d.r, tgb: d.tgb, pack: e.pack, file: e.file, path: path},
+		gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	t := d.tree()
+	list := make([]fuse.DirEntry, len(t.names))
+	for i, name := range t.names {
+		mode := uint32(syscall.S_IFREG)
+		if t.kids[name].dir != nil {
+			mode = syscall.S_IFDIR
+		}
+		list[i] = fuse.DirEntry{Name: name, Mode: mode}
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+// fileNode is one file of a pack.
+type fileNode struct {
+	gofs.Inode
+	readOnly
+	r    *Root
+	tgb  *txn.TGB
+	pack *txn.Pack
+	file *txn.File
+	path string
+}
+
+var (
+	_ gofs.NodeGetattrer = (*fileNode)(nil)
+	_ gofs.NodeOpener    = (*fileNode)(nil)
+	_ gofs.NodeReader    = (*fileNode)(nil)
+)
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.r.fileAttr(&out.Attr, f.file.Size, f.tgb.Time)
+	out.SetTimeout(ImmutableTimeout)
+	return 0
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if writeFlags(flags) {
+		return nil, 0, syscall.EROFS
+	}
+	if f.r.touch != nil {
+		f.r.touch(f.tgb.Step)
+	}
+	// The bytes never change: the page cache may keep them across opens.
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= f.file.Size {
+		return fuse.ReadResultData(nil), 0
+	}
+	dest = dest[:min(int64(len(dest)), f.file.Size-off)]
+	n, err := f.r.reader.ReadAt(ctx, f.pack, dest, f.file.Off+off)
+	if err != nil {
+		return nil, f.r.toErrno("read", f.path, err)
+	}
+	if f.r.servedf != nil {
+		f.r.servedf(f.tgb.Step, n)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func writeFlags(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&(syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CREAT) != 0
+}
+
+// tree is one directory's listing inside a step.
+type tree struct {
+	names []string // listing order
+	kids  map[string]*treeEntry
+}
+
+type treeEntry struct {
+	dir  *tree // a subdirectory, or nil for a file
+	pack *txn.Pack
+	file *txn.File
+}
+
+func newTree() *tree { return &tree{kids: map[string]*treeEntry{}} }
+
+// stepTree is a step directory: the shown ranks in numeric order, then the
+// step-level files in name order.
+func stepTree(t *txn.TGB, ranks map[int]bool) *tree {
+	root := newTree()
+	for r, p := range t.Ranks {
+		if ranks != nil && !ranks[r] {
+			continue
+		}
+		name := "rank-" + strconv.Itoa(r)
+		root.names = append(root.names, name)
+		root.kids[name] = &treeEntry{dir: packTree(p)}
+	}
+	if t.Shared != nil {
+		shared := packTree(t.Shared)
+		root.names = append(root.names, shared.names...)
+		for name, e := range shared.kids {
+			root.kids[name] = e
+		}
+	}
+	return root
+}
+
+// packTree is the directory tree of a pack's file names, each directory's
+// names in byte order.
+func packTree(p *txn.Pack) *tree {
+	root := newTree()
+	for i := range p.Files {
+		f := &p.Files[i]
+		d := root
+		els := strings.Split(f.Name, "/")
+		for _, el := range els[:len(els)-1] {
+			e := d.kids[el]
+			if e == nil {
+				e = &treeEntry{dir: newTree()}
+				d.kids[el] = e
+				d.names = append(d.names, el)
+			}
+			d = e.dir
+		}
+		name := els[len(els)-1]
+		d.kids[name] = &treeEntry{pack: p, file: f}
+		d.names = append(d.names, name)
+	}
+	sortTree(root)
+	return root
+}
+
+func sortTree(t *tree) {
+	slices.Sort(t.names)
+	for _, e := range t.kids {
+		if e.dir != nil {
+			sortTree(e.dir)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/cache"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+func TestParseStep(t *testing.T) {
+	for name, want := range map[string]int64{"0": 0, "7": 7, "10": 10, "9223372036854775807": 1<<63 - 1} {
+		if n, ok := parseStep(name); !ok || n != want {
+			t.Errorf("parseStep(%q) = %d, %v", name, n, ok)
+		}
+	}
+	for _, name := range []string{"", "00", "01", "-1", "+1", "1a", "1.0", " 1", "9223372036854775808", "99999999999999999999"} {
+		if n, ok := parseStep(name); ok {
+			t.Errorf("parseStep(%q) = %d, accepted", name, n)
+		}
+	}
+}
+
+func TestStepTree(t *testing.T) {
+	pack := func(names ...string) *txn.Pack {
+		p := &txn.Pack{}
+		for _, n := range names {
+			p.Files = append(p.Files, txn.File{Name: n, Size: 1})
+		}
+		return p
+	}
+	tgb := &txn.TGB{Ranks: make([]*txn.Pack, 12), Shared: pack("z.json", "a/b.txt")}
+	for r := range tgb.Ranks {
+		tgb.Ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
+	}
+	root := stepTree(tgb, nil)
+	want := []string{"rank-0", "rank-1", "rank-2", "rank-3", "rank-4", "rank-5", "rank-6", "rank-7", "rank-8", "rank-9", "rank-10", "rank-11", "a", "z.json"}
+	if !slices.Equal(root.names, want) {
+		t.Errorf("step lists %v, want %v", root.names, want)
+	}
+	r3 := root.kids["rank-3"].dir
+	if !slices.Equal(r3.names, []string{"a.bin", "b.bin", "x"}) || !slices.Equal(r3.kids["x"].dir.names, []string{"10.bin", "2.bin"}) {
+		t.Errorf("rank-3 lists %v, x lists %v", r3.names, r3.kids["x"].dir.names)
+	}
+	filtered := stepTree(tgb, map[int]bool{3: true, 10: true})
+	if !slices.Equal(filtered.names, []string{"rank-3", "rank-10", "a", "z.json"}) {
+		t.Errorf("with ranks 3,10 the step lists %v", filtered.names)
+	}
+}
+
+func TestToErrno(t *testing.T) {
+	r := New(Options{View: NewView(&Snapshot{}), Logger: slog.New(slog.DiscardHandler)})
+	for _, c := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{nil, 0},
+		{fmt.Errorf("step 4: %w", errNotCommitted), syscall.ENOENT},
+		{fmt.Errorf("read x: %w", store.ErrNotFound), syscall.ENOENT},
+		{fmt.Errorf("waiting: %w", context.Canceled), syscall.EINTR},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), syscall.ETIMEDOUT},
+		{fmt.Errorf("%w: pack block 3", cache.ErrChecksum), syscall.EIO},
+		{fmt.Errorf("op: %w", syscall.EROFS), syscall.EROFS},
+		{errors.New("connection reset"), syscall.EIO},
+		{io.ErrUnexpectedEOF, syscall.EIO},
+	} {
+		if got := r.toErrno("op", "path", c.err); got != c.want {
+			t.Errorf("toErrno(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func snap(liveFrom int64, n int) *Snapshot {
+	s := &Snapshot{LiveFrom: liveFrom}
+	for i := range n {
+		s.Steps = append(s.Steps, &txn.TGB{Step: liveFrom + int64(i)})
+	}
+	return s
+}
+
+// TestWaitStep: a lookup of a future step waits for the publish that
+// brings it; one of a reclaimed step fails at once; the wait ends at its
+// limit or when the request is interrupted.
+func TestWaitStep(t *testing.T) {
+	v := NewView(snap(0, 3))
+	ctx := context.Background()
+	if tgb, err := v.WaitStep(ctx, 2, 0); err != nil || tgb.Step != 2 {
+		t.Fatalf("live step: %v, %v", tgb, err)
+	}
+	if _, err := v.WaitStep(ctx, 3, 0); !errors.Is(err, errNoEntry) {
+		t.Fatalf("future step without waiting: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		tgb, err := v.WaitStep(ctx, 4, time.Minute)
+		if err == nil && tgb.Step != 4 {
+			err = fmt.Errorf("got step %d", tgb.Step)
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	v.Publish(snap(0, 4)) // step 3: not yet
+	select {
+	case err := <-got:
+		t.Fatalf("returned before step 4 was published: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	v.Publish(snap(1, 4)) // steps 1..4
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := v.WaitStep(ctx, 0, time.Minute); !errors.Is(err, errNoEntry) || time.Since(start) > time.Second {
+		t.Fatalf("reclaimed step: %v after %s", err, time.Since(start))
+	}
+	if _, err := v.WaitStep(ctx, 9, 50*time.Millisecond); !errors.Is(err, errNoEntry) {
+		t.Fatalf("after the wait limit: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, err := v.WaitStep(cctx, 9, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted wait: %v", err)
+	}
+}

@@ -1,0 +1,115 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+// Snapshot is one immutable view of the stream: the live steps as of a
+// manifest version. Readers share it freely.
+type Snapshot struct {
+	Version   uint64
+	Time      time.Time // commit time of the newest version
+	FirstStep int64
+	LiveFrom  int64
+	Steps     []*txn.TGB // Steps[i] is step LiveFrom+i
+}
+
+// NewSnapshot copies what the view needs out of st (the TGBs themselves
+// are immutable and shared).
+func NewSnapshot(st *txn.State) *Snapshot {
+	return &Snapshot{
+		Version:   st.Version,
+		Time:      st.Time,
+		FirstStep: st.Config.FirstStep,
+		LiveFrom:  st.LiveFrom,
+		Steps:     slices.Clone(st.Steps),
+	}
+}
+
+// Next is the step the next commit gets.
+func (s *Snapshot) Next() int64 { return s.LiveFrom + int64(len(s.Steps)) }
+
+// Head is the highest committed step, false when none was committed.
+func (s *Snapshot) Head() (int64, bool) {
+	n := s.Next()
+	return n - 1, n > s.FirstStep
+}
+
+// Step returns the TGB of step n if it is live.
+func (s *Snapshot) Step(n int64) (*txn.TGB, bool) {
+	if n < s.LiveFrom || n >= s.Next() {
+		return nil, false
+	}
+	return s.Steps[n-s.LiveFrom], true
+}
+
+// View is the current snapshot, replaced whole by one publisher (the
+// mount's tailer) and read by every FUSE request without locking.
+type View struct {
+	cur atomic.Pointer[published]
+	mu  sync.Mutex // serialises Publish
+}
+
+// published pairs a snapshot with the channel closed when it is replaced,
+// so a waiter never misses the change after the snapshot it checked.
+type published struct {
+	snap    *Snapshot
+	changed chan struct{}
+}
+
+// NewView returns a view showing s.
+func NewView(s *Snapshot) *View {
+	v := &View{}
+	v.cur.Store(&published{snap: s, changed: make(chan struct{})})
+	return v
+}
+
+// Load returns the current snapshot.
+func (v *View) Load() *Snapshot { return v.cur.Load().snap }
+
+// Publish replaces the snapshot, wakes the waiters and returns the old one.
+func (v *View) Publish(s *Snapshot) *Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old := v.cur.Swap(&published{snap: s, changed: make(chan struct{})})
+	close(old.changed)
+	return old.snap
+}
+
+// errNotCommitted: a step that is not committed (or was reclaimed) was
+// looked up. It maps to ENOENT.
+var errNotCommitted = fmt.Errorf("step is not committed or was reclaimed: %w", errNoEntry)
+
+// WaitStep returns step n's TGB, waiting up to d for it to be committed.
+// A reclaimed step fails at once; so does any missing step when d is 0.
+func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB, error) {
+	var deadline <-chan time.Time
+	for {
+		p := v.cur.Load()
+		if t, ok := p.snap.Step(n); ok {
+			return t, nil
+		}
+		if n < p.snap.LiveFrom || d <= 0 {
+			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
+		}
+		if deadline == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-p.changed:
+		case <-deadline:
+			return nil, fmt.Errorf("step %d after waiting %s: %w", n, d, errNotCommitted)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for step %d: %w", n, ctx.Err())
+		}
+	}
+}

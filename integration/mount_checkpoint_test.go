@@ -1,0 +1,52 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+// TestMountCheckpointDir: checkpoints that trainers write into
+// --checkpoint-dir are recorded in the manifest, each as the last stream
+// step it covers.
+func TestMountCheckpointDir(t *testing.T) {
+	mntRequireFUSE(t)
+	url, _ := mntFileURL(t)
+	l := mntNewStream(t, url, 1, 64<<10)
+	p := mntNewProducer(t, l, "p1", 4<<10, 1)
+	p.addN(t, 10)
+	ckpt := t.TempDir()
+	mntMountInProcess(t, mount.Options{Store: url, CheckpointDir: ckpt})
+
+	checkpoints := func() []int64 {
+		st, err := l.Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Checkpoints
+	}
+	// Megatron after 5 iterations: steps 0-4 are covered.
+	if err := os.WriteFile(filepath.Join(ckpt, "latest_checkpointed_iteration.txt"), []byte("5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mntWaitFor(t, 10*time.Second, "checkpoint 4", func() bool { return slices.Equal(checkpoints(), []int64{4}) })
+	// A Hugging Face checkpoint still being written is not recorded; once
+	// trainer_state.json is there it is.
+	hf := filepath.Join(ckpt, "checkpoint-8")
+	if err := os.MkdirAll(hf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := checkpoints(); !slices.Equal(got, []int64{4}) {
+		t.Fatalf("incomplete checkpoint recorded: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(hf, "trainer_state.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mntWaitFor(t, 10*time.Second, "checkpoint 7", func() bool { return slices.Equal(checkpoints(), []int64{4, 7}) })
+}

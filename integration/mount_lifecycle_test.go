@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+// mntMountProc is a lakefs-mount process.
+type mntMountProc struct {
+	cmd    *exec.Cmd
+	stderr *mntSyncBuffer // its stdout and stderr
+	done   chan struct{}  // closed when it exited, err set
+	err    error
+}
+
+// mntSyncBuffer is a bytes.Buffer safe to read while a process writes it.
+type mntSyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *mntSyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *mntSyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func mntStartMount(t testing.TB, bin string, args ...string) *mntMountProc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stderr := &mntSyncBuffer{}
+	cmd.Stderr = stderr
+	cmd.Stdout = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &mntMountProc{cmd: cmd, stderr: stderr, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *mntMountProc) wait(t testing.TB, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		var ee *exec.ExitError
+		if errors.As(p.err, &ee) {
+			return ee.ExitCode()
+		}
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
+		return 0
+	case <-time.After(d):
+		t.Fatalf("lakefs-mount did not exit within %s; output:\n%s", d, p.stderr)
+	}
+	return -1
+}
+
+// mntWaitMounted waits until mnt serves the view.
+func mntWaitMounted(t testing.TB, p *mntMountProc, mnt string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(mnt, "head")); err == nil {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("lakefs-mount exited (%v):\n%s", p.err, p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount not ready in 20s:\n%s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mntIsMounted(t testing.TB, mnt string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMountLifecycle runs the lakefs-mount command as a real process:
+// usage errors exit 2, a mount point in use is refused (exit 1), SIGTERM
+// and SIGINT unmount cleanly (exit 0, also with a file held open), a
+// stale mount left by kill -9 is recovered, and the heartbeat reports the
+// highest step read.
+func TestMountLifecycle(t *testing.T) {
+	mntRequireFUSE(t)
+	bin := mntBuildMount(t)
+	url, dir := mntFileURL(t)
+	l := mntNewStream(t, url, 2, 64<<10)
+	p := mntNewProducer(t, l, "p1", 100<<10, 1)
+	p.addN(t, 3)
+	mnt := t.TempDir()
+	common := []string{"--store", url, "--poll-interval", "20ms", "--heartbeat-interval", "50ms", "--node-id", "n1", "--cache-size", "64MiB"}
+
+	t.Run("usage", func(t *testing.T) {
+		for _, c := range []struct {
+			args []string
+			code int
+			msg  string
+		}{
+			{nil, 2, "mount point"},
+			{[]string{"--store", url, "--ranks", "3-1", mnt}, 2, "--ranks"},
+			{[]string{"--store", url, "--ranks", "5", mnt}, 2, "rank 5"},
+			{[]string{"--store", url, "--cache-size", "lots", mnt}, 2, "--cache-size"},
+			{[]string{"--store", url, "--no-such-flag", mnt}, 2, "no-such-flag"},
+			{[]string{"--store", url, filepath.Join(mnt, "absent")}, 2, "does not exist"},
+			{[]string{"--store", "file://" + t.TempDir(), mnt}, 1, "no stream"},
+		} {
+			pr := mntStartMount(t, bin, c.args...)
+			if code := pr.wait(t, 20*time.Second); code != c.code || !strings.Contains(pr.stderr.String(), c.msg) {
+				t.Errorf("lakefs-mount %v: exit %d, output %q; want exit %d mentioning %q", c.args, code, pr.stderr, c.code, c.msg)
+			}
+			if lines := strings.Count(strings.TrimSpace(pr.stderr.String()), "\n"); lines > 0 {
+				t.Errorf("lakefs-mount %v: %d lines of error output, want one:\n%s", c.args, lines+1, pr.stderr)
+			}
+		}
+	})
+
+	t.Run("sigterm", func(t *testing.T) {
+		pr := mntStartMount(t, bin, append(common, mnt)...)
+		mntWaitMounted(t, pr, mnt)
+		// A second mount on the same point is refused.
+		pr2 := mntStartMount(t, bin, append(common, mnt)...)
+		if code := pr2.wait(t, 20*time.Second); code != 1 || !strings.Contains(pr2.stderr.String(), "in use") {
+			t.Errorf("second mount: exit %d, %q; want exit 1, in use", code, pr2.stderr)
+		}
+		// Read step 2, then check the heartbeat.
+		if _, err := mntReadFile(filepath.Join(mnt, "steps", "2", "rank-1", "sample-00.bin")); err != nil {
+			t.Fatal(err)
+		}
+		mntWaitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, mount.HeartbeatKey("n1")))
+			var hb mount.Heartbeat
+			return err == nil && json.Unmarshal(b, &hb) == nil && hb.Step != nil && *hb.Step == 2 && hb.Head != nil && *hb.Head == 2
+		})
+		pr.cmd.Process.Signal(syscall.SIGTERM)
+		if code := pr.wait(t, 20*time.Second); code != 0 {
+			t.Fatalf("after SIGTERM: exit %d:\n%s", code, pr.stderr)
+		}
+		if mntIsMounted(t, mnt) {
+			t.Fatal("still mounted after SIGTERM")
+		}
+	})
+
+	t.Run("sigint busy", func(t *testing.T) {
+		pr := mntStartMount(t, bin, append(common, mnt)...)
+		mntWaitMounted(t, pr, mnt)
+		f, err := os.Open(filepath.Join(mnt, "steps", "1", "rank-0", "sample-00.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		pr.cmd.Process.Signal(syscall.SIGINT)
+		if code := pr.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("after SIGINT with a file open: exit %d:\n%s", code, pr.stderr)
+		}
+		if mntIsMounted(t, mnt) {
+			t.Fatal("still mounted after SIGINT")
+		}
+	})
+
+	t.Run("stale", func(t *testing.T) {
+		pr := mntStartMount(t, bin, append(common, mnt)...)
+		mntWaitMounted(t, pr, mnt)
+		pr.cmd.Process.Kill()
+		pr.wait(t, 10*time.Second)
+		if _, err := os.Stat(filepath.Join(mnt, "head")); !mntIsErrno(err, syscall.ENOTCONN) {
+			t.Fatalf("after kill -9: %v, want ENOTCONN (a stale mount)", err)
+		}
+		pr = mntStartMount(t, bin, append(common, mnt)...)
+		mntWaitMounted(t, pr, mnt)
+		if !strings.Contains(pr.stderr.String(), "stale") {
+			t.Errorf("recovery not logged:\n%s", pr.stderr)
+		}
+		b, err := mntReadFile(filepath.Join(mnt, "steps", "0", "meta.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mntCheckContent(b, -1, "meta.json"); err != nil {
+			t.Fatal(err)
+		}
+		pr.cmd.Process.Signal(syscall.SIGTERM)
+		if code := pr.wait(t, 20*time.Second); code != 0 {
+			t.Fatalf("after SIGTERM: exit %d:\n%s", code, pr.stderr)
+		}
+	})
+}

@@ -1,0 +1,443 @@
+// Package mount runs a lakefs mount: it opens the stream, mounts the
+// read-only view (package fs) backed by the block cache (package cache),
+// tails the manifest log, writes the node's heartbeat, serves metrics and
+// unmounts cleanly when its context ends.
+//
+// # Ownership
+//
+// The tailer goroutine owns the *txn.State (Load once, then Refresh every
+// poll interval) and is the only publisher of fs snapshots; everything
+// else reads the published immutable snapshot. Counters shared between
+// goroutines are atomics; there are no locks in this package beyond
+// those of the packages it uses.
+package mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/cache"
+	"github.com/lakestream/lakestream/fs"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// ErrUsage classifies errors in the options (errors.Is): the command
+// exits 2.
+var ErrUsage = errors.New("usage error")
+
+// usageError is an error in the options; its message is the whole story.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error        { return e.error }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+// Usagef returns an error in the options, classified as ErrUsage.
+func Usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// Options configure a mount. Zero values take the defaults below.
+type Options struct {
+	Store      string // store URL
+	Mountpoint string
+	// Ranks shown and prefetched; nil means all of the stream's ranks.
+	Ranks []int
+	// CacheSize is the memory budget of the block cache in bytes.
+	CacheSize int64
+	// PrefetchSteps is P: opening a file of step n prefetches steps
+	// n..n+P of this node's ranks; 0 disables prefetching.
+	PrefetchSteps int
+	// Wait is how long a lookup of a step not yet committed blocks.
+	Wait time.Duration
+	// PollInterval is how often the manifest log is checked for new
+	// versions.
+	PollInterval time.Duration
+	// NodeID names this node's heartbeat, _consumers/<node-id>.json.
+	NodeID            string
+	HeartbeatInterval time.Duration
+	// MetricsAddr, if set, serves Prometheus metrics at /metrics.
+	MetricsAddr string
+	// CheckpointDir, if set, is watched for training checkpoints, which
+	// are recorded in the manifest.
+	CheckpointDir string
+	// ReadAhead is the kernel read-ahead of the mount in bytes.
+	ReadAhead int64
+	// Fetchers bounds concurrent prefetch GETs.
+	Fetchers int
+	// StoreLatency is added to every data GET: a stand-in for a remote
+	// store in benchmarks.
+	StoreLatency time.Duration
+	AllowOther   bool
+	Debug        bool // log every FUSE request
+	Logger       *slog.Logger
+	// Ready, if set, is called once the view is mounted and serving.
+	Ready func(Info)
+}
+
+// Info describes a running mount.
+type Info struct {
+	Mountpoint  string
+	MetricsAddr string // the bound address, when metrics are served
+	Stats       func() cache.Stats
+}
+
+// Defaults.
+const (
+	DefaultCacheSize         = 2 << 30
+	DefaultPrefetchSteps     = 2
+	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultReadAhead         = 4 << 20
+)
+
+func (o *Options) setDefaults() error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Store == "" {
+		return Usagef("no store; pass --store URL or set LAKEFS_STORE")
+	}
+	if o.Mountpoint == "" {
+		return Usagef("no mount point; pass it as the argument: lakefs-mount --store URL MOUNTPOINT")
+	}
+	abs, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return Usagef("mount point %s: %v", o.Mountpoint, err)
+	}
+	o.Mountpoint = abs
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.PrefetchSteps < 0 {
+		return Usagef("--prefetch-steps %d is negative; use 0 to disable prefetching", o.PrefetchSteps)
+	}
+	if o.Wait < 0 {
+		return Usagef("--wait %s is negative", o.Wait)
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.PollInterval < time.Millisecond {
+		return Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.HeartbeatInterval < 0 {
+		return Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
+	}
+	if o.ReadAhead == 0 {
+		o.ReadAhead = DefaultReadAhead
+	}
+	if o.NodeID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("no --node-id and no hostname (%v); pass --node-id", err)
+		}
+		o.NodeID = h
+	}
+	if err := validateNodeID(o.NodeID); err != nil {
+		return err
+	}
+	return nil
+}
+
+func validateNodeID(id string) error {
+	ok := id != "" && len(id) <= 128 && id != "." && id != ".."
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		return Usagef("--node-id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
+	}
+	return nil
+}
+
+// Run mounts the stream at o.Mountpoint and serves it until ctx ends, then
+// unmounts. It returns nil after a clean unmount; an error wrapping
+// ErrUsage for bad options, ErrInUse for a busy mount point.
+func Run(ctx context.Context, o Options) error {
+	if err := o.setDefaults(); err != nil {
+		return err
+	}
+	log := o.Logger
+	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, o.Store)
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			return usageError{err}
+		}
+		return err
+	}
+	if o.StoreLatency > 0 {
+		f := store.NewFaulty(st, 1)
+		f.Set(store.Fault{Latency: o.StoreLatency}, store.OpGetRange)
+		st = f
+	}
+	l, err := txn.Open(ctx, st)
+	if err != nil {
+		return fmt.Errorf("opening the stream at %s: %w", redact(o.Store), err)
+	}
+	for _, r := range o.Ranks {
+		if r < 0 || r >= l.Config.Ranks {
+			return Usagef("--ranks names rank %d, but the stream has ranks 0-%d", r, l.Config.Ranks-1)
+		}
+	}
+	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
+		return Usagef("--cache-size %d bytes is too small for this stream's %d-byte blocks; use at least %d",
+			o.CacheSize, l.Config.ChunkSize, cache.MinBlocks*l.Config.ChunkSize)
+	}
+	state, err := l.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the stream state: %w", err)
+	}
+
+	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state}
+	m.highest.Store(-1)
+	m.metrics = newMetrics()
+	c, err := cache.New(cache.Options{
+		Store:      st,
+		ChunkSize:  l.Config.ChunkSize,
+		Size:       o.CacheSize,
+		Fetchers:   o.Fetchers,
+		Logger:     log,
+		ObserveGet: m.metrics.observeGet,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	defer c.Close()
+	m.cache = c
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	m.view = fs.NewView(fs.NewSnapshot(state))
+	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{Depth: o.PrefetchSteps, Packs: m.packs, Logger: log})
+	m.root = fs.New(fs.Options{
+		View:      m.view,
+		Reader:    c,
+		Ranks:     o.Ranks,
+		Wait:      o.Wait,
+		Touch:     m.prefetch.Touch,
+		Served:    m.served,
+		BlockSize: uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+		Logger:    log,
+	})
+	m.metrics.register(m)
+
+	var metricsAddr string
+	if o.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", o.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
+		}
+		metricsAddr = ln.Addr().String()
+		srv := m.metrics.server()
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+
+	server, err := gofs.Mount(o.Mountpoint, m.root, m.root.MountOptions(o.AllowOther, o.Debug))
+	if err != nil {
+		return fmt.Errorf("mounting at %s: %w (this needs root and /dev/fuse)", o.Mountpoint, err)
+	}
+	var mst unix.Stat_t
+	if err := unix.Stat(o.Mountpoint, &mst); err == nil {
+		m.dev = mst.Dev
+	}
+	if err := setReadAhead(o.Mountpoint, o.ReadAhead); err != nil {
+		log.Warn("could not raise the kernel read-ahead; sequential reads will be slower", "err", err)
+	}
+	served := make(chan struct{})
+	go func() {
+		server.Wait()
+		close(served)
+	}()
+	log.Info("mounted", "mountpoint", o.Mountpoint, "store", redact(o.Store), "version", state.Version,
+		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, l.Config.Ranks),
+		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { m.tail(runCtx) })
+	wg.Go(func() { m.heartbeat(runCtx) })
+	if o.CheckpointDir != "" {
+		wg.Go(func() { m.watchCheckpoints(runCtx) })
+	}
+	if o.Ready != nil {
+		o.Ready(Info{Mountpoint: o.Mountpoint, MetricsAddr: metricsAddr, Stats: c.Stats})
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("unmounting", "mountpoint", o.Mountpoint)
+		m.unmount(server, served)
+	case <-served:
+		log.Warn("the mount was removed from outside (umount); stopping", "mountpoint", o.Mountpoint)
+	}
+	stop()
+	wg.Wait()
+	if err := m.writeHeartbeat(context.WithoutCancel(ctx)); err != nil {
+		log.Warn("writing the last heartbeat failed", "err", err)
+	}
+	log.Info("unmounted", "mountpoint", o.Mountpoint)
+	return nil
+}
+
+// unmount unmounts the view. If files are still open in it (EBUSY) it
+// detaches the mount and aborts its FUSE connection, so that the process
+// can exit: the holders of open files get errors, new accesses see the
+// directory underneath.
+func (m *mounted) unmount(server *fuse.Server, served <-chan struct{}) {
+	done := make(chan error, 1)
+	go func() { done <- server.Unmount() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		err = errors.New("unmount did not finish within 5s")
+	}
+	if err == nil {
+		return
+	}
+	m.log.Warn("mount point busy (files open or a process inside it); detaching it", "mountpoint", m.opts.Mountpoint, "err", err)
+	if err := syscall.Unmount(m.opts.Mountpoint, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		m.log.Error("detaching the mount failed", "err", err)
+	}
+	if m.dev != 0 {
+		if err := abortConnection(m.dev); err != nil {
+			m.log.Warn("aborting the FUSE connection failed", "err", err)
+		}
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		m.log.Warn("FUSE server did not stop; exiting anyway")
+	}
+}
+
+// mounted is one running mount.
+type mounted struct {
+	// Constant after Run's setup.
+	opts     Options
+	log      *slog.Logger
+	store    store.Store
+	txlog    *txn.Log
+	cache    *cache.Cache
+	prefetch *cache.Prefetcher
+	view     *fs.View
+	root     *fs.Root
+	metrics  *metrics
+	dev      uint64
+
+	state *txn.State // owned by the tailer goroutine
+
+	highest atomic.Int64 // highest step read, -1 before the first read
+}
+
+// packs returns the packs this node reads of step n: its ranks', and the
+// step-level files.
+func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
+	t, ok := m.view.Load().Step(n)
+	if !ok {
+		return nil, false
+	}
+	var ps []*txn.Pack
+	for r, p := range t.Ranks {
+		if m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r) {
+			ps = append(ps, p)
+		}
+	}
+	if t.Shared != nil {
+		ps = append(ps, t.Shared)
+	}
+	return ps, true
+}
+
+// served records a read of step n.
+func (m *mounted) served(n int64, _ int) {
+	for {
+		h := m.highest.Load()
+		if n <= h || m.highest.CompareAndSwap(h, n) {
+			return
+		}
+	}
+}
+
+// tail refreshes the state every poll interval and publishes each change.
+func (m *mounted) tail(ctx context.Context) {
+	t := time.NewTicker(m.opts.PollInterval)
+	defer t.Stop()
+	lastErr := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := m.txlog.Refresh(ctx, m.state)
+		if n > 0 {
+			m.publish()
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			// The view stays as it is: losing the store stalls, it never
+			// corrupts. Log each distinct failure once.
+			if msg := err.Error(); msg != lastErr {
+				m.log.Error("refreshing the manifest failed; serving the last good state", "version", m.state.Version, "err", err)
+				lastErr = msg
+			}
+		case lastErr != "":
+			m.log.Info("manifest refresh works again", "version", m.state.Version)
+			lastErr = ""
+		}
+	}
+}
+
+func (m *mounted) publish() {
+	s := fs.NewSnapshot(m.state)
+	m.root.Publish(s)
+	m.prefetch.Kick()
+}
+
+// redact hides a password a URL might carry.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+func rankList(ranks []int, n int) string {
+	if ranks == nil {
+		return fmt.Sprintf("all (0-%d)", n-1)
+	}
+	return FormatRanks(ranks)
+}

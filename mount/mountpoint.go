@@ -1,0 +1,194 @@
+package mount
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrInUse: the mount point already has a live filesystem mounted on it.
+var ErrInUse = errors.New("mount point is in use")
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	dev    string // major:minor
+	point  string
+	fstype string
+	source string
+}
+
+// findMount returns the topmost mount at path (absolute, clean), if any.
+func findMount(path string) (mountEntry, bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return mountEntry{}, false, fmt.Errorf("reading the mount table: %w", err)
+	}
+	defer f.Close()
+	var found mountEntry
+	ok := false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root point options [optional...] - fstype source superopts
+		pre, post, cut := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !cut || len(fields) < 5 || len(tail) < 2 {
+			continue
+		}
+		if unescapeMountinfo(fields[4]) == path {
+			found, ok = mountEntry{dev: fields[2], point: path, fstype: tail[0], source: tail[1]}, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return mountEntry{}, false, fmt.Errorf("reading the mount table: %w", err)
+	}
+	return found, ok, nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for space...).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// statTimeout bounds the stat of the mount point: a hung FUSE daemon makes
+// it block forever.
+const statTimeout = 5 * time.Second
+
+func statWithTimeout(path string) (os.FileInfo, error) {
+	type res struct {
+		fi  os.FileInfo
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		fi, err := os.Stat(path)
+		ch <- res{fi, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.fi, r.err
+	case <-time.After(statTimeout):
+		return nil, syscall.ETIMEDOUT
+	}
+}
+
+// prepareMountpoint checks that path can be mounted on: it exists, is a
+// directory, and has no live mount. A stale FUSE mount left by a killed
+// process ("transport endpoint is not connected") is unmounted.
+func prepareMountpoint(path string, log *slog.Logger) error {
+	return prepare(path, log, 3)
+}
+
+// prepare is prepareMountpoint, unmounting up to tries stale mounts
+// stacked on path.
+func prepare(path string, log *slog.Logger, tries int) error {
+	fi, err := statWithTimeout(path)
+	switch {
+	case (errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)) && tries > 0:
+		m, ok, ferr := findMount(path)
+		if ferr != nil {
+			return ferr
+		}
+		if !ok || !strings.HasPrefix(m.fstype, "fuse") {
+			return fmt.Errorf("mount point %s: %w; unmount it (umount -l %s) and retry", path, err, path)
+		}
+		log.Warn("mount point has a stale FUSE mount (its process died); unmounting it", "mountpoint", path, "type", m.fstype, "source", m.source)
+		if err := syscall.Unmount(path, 0); err != nil {
+			// Busy: processes still hold files in it. Detach it; they keep
+			// their errors, new accesses see the new mount.
+			if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("mount point %s has a stale mount that could not be unmounted: %w; run umount -l %s", path, err, path)
+			}
+		}
+		log.Info("stale mount removed", "mountpoint", path)
+		return prepare(path, log, tries-1)
+	case errors.Is(err, syscall.ETIMEDOUT):
+		hint := "umount -l " + path
+		if m, ok, _ := findMount(path); ok {
+			if conn, cerr := devNumber(m.dev); cerr == nil && strings.HasPrefix(m.fstype, "fuse") {
+				hint = fmt.Sprintf("mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null; echo 1 > /sys/fs/fuse/connections/%d/abort; umount -l %s", conn, path)
+			}
+		}
+		return fmt.Errorf("mount point %s does not answer (a hung filesystem is mounted there); free it with: %s", path, hint)
+	case errors.Is(err, os.ErrNotExist):
+		return Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", path, err)
+	case !fi.IsDir():
+		return Usagef("mount point %s is not a directory", path)
+	}
+	m, ok, err := findMount(path)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return fmt.Errorf("%w: %s has a %s filesystem (%s) mounted; unmount it (umount %s) or choose another directory",
+			ErrInUse, path, m.fstype, m.source, path)
+	}
+	return nil
+}
+
+// devNumber turns "major:minor" into the dev_t number that names a FUSE
+// connection in /sys/fs/fuse/connections.
+func devNumber(majMin string) (uint64, error) {
+	a, b, ok := strings.Cut(majMin, ":")
+	if !ok {
+		return 0, fmt.Errorf("bad device %q", majMin)
+	}
+	maj, err := strconv.ParseUint(a, 10, 32)
+	if err != nil {
+		return 0, err
+	}
+	mnr, err := strconv.ParseUint(b, 10, 32)
+	if err != nil {
+		return 0, err
+	}
+	return unix.Mkdev(uint32(maj), uint32(mnr)), nil
+}
+
+// setReadAhead sets the kernel read-ahead of the filesystem mounted at
+// path. The kernel otherwise reads ahead 128 KiB, so sequential reads
+// would reach the mount as 128 KiB requests whatever max_read allows.
+func setReadAhead(path string, bytes int64) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return err
+	}
+	f := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(f, []byte(strconv.FormatInt(bytes>>10, 10)), 0o644)
+}
+
+// abortConnection aborts the FUSE connection of the filesystem mounted at
+// path (through fusectl), so a detached mount still in use stops at once.
+func abortConnection(dev uint64) error {
+	dir := "/sys/fs/fuse/connections"
+	if _, err := os.Stat(filepath.Join(dir, strconv.FormatUint(dev, 10))); err != nil {
+		if err := syscall.Mount("none", dir, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("mounting fusectl: %w", err)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, strconv.FormatUint(dev, 10), "abort"), []byte("1"), 0o200)
+}
