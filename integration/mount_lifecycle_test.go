@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // mntMountProc is a lakefs-mount process.
@@ -172,8 +172,8 @@ func TestMountLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		mntWaitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
-			b, err := os.ReadFile(filepath.Join(dir, mount.HeartbeatKey("n1")))
-			var hb mount.Heartbeat
+			b, err := os.ReadFile(filepath.Join(dir, txn.HeartbeatKey("n1")))
+			var hb txn.Heartbeat
 			return err == nil && json.Unmarshal(b, &hb) == nil && hb.Step != nil && *hb.Step == 2 && hb.Head != nil && *hb.Head == 2
 		})
 		pr.cmd.Process.Signal(syscall.SIGTERM)

@@ -198,7 +198,7 @@ func TestMountView(t *testing.T) {
 	})
 
 	t.Run("heartbeat", func(t *testing.T) {
-		b, err := os.ReadFile(filepath.Join(strings.TrimPrefix(url, "file://"), mount.HeartbeatKey("test-node")))
+		b, err := os.ReadFile(filepath.Join(strings.TrimPrefix(url, "file://"), txn.HeartbeatKey("test-node")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,12 +36,23 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	if v.Version != st.Version+1 {
 		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
 	}
+	// gc deletes versions older than LogRetention once a snapshot covers
+	// them: creating v+1 on a state that old could re-create a deleted
+	// version number. Refresh first (it reloads from the newest snapshot).
+	if st.seenHead.IsZero() || time.Since(st.seenHead) > LogRetention/2 {
+		n, err := l.refreshRetry(ctx, st, log)
+		if err != nil || n > 0 {
+			return lostRace, err
+		}
+	}
 	body := encode(v)
 	key := VersionKey(v.Version)
 	bo := newBackoff()
 	for {
+		started := time.Now()
 		err := store.CreateBytes(ctx, l.Store, key, body)
 		if err == nil {
+			st.seenHead = started
 			return committed, st.Apply(v)
 		}
 		if errors.Is(err, store.ErrExists) {
@@ -60,6 +71,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			switch {
 			case rerr == nil && got.Txn == v.Txn:
+				st.seenHead = started
 				return committed, st.Apply(got)
 			case rerr == nil:
 				_, rerr = l.refreshRetry(ctx, st, log)

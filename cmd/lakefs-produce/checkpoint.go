@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+type checkpointOptions struct {
+	Store string
+	Step  int64
+}
+
+func checkpointCommand() *cli.Command {
+	var o checkpointOptions
+	return &cli.Command{
+		Name:      "checkpoint",
+		Usage:     "record that training durably checkpointed after step S",
+		UsageText: "lakefs-produce checkpoint --store URL --step S",
+		Description: `Reclamation (gc) deletes a step's data only once enough newer checkpoints
+are recorded. Recording a checkpoint twice is harmless. A step that is not
+committed yet is refused.`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return checkpoint(c.Context, o, c.App.Writer)
+		},
+	}
+}
+
+func checkpoint(ctx context.Context, o checkpointOptions, stdout io.Writer) error {
+	if o.Step < 0 {
+		return usagef("--step S is required (a committed step number)")
+	}
+	l, err := openLog(ctx, o.Store)
+	if err != nil {
+		return err
+	}
+	st, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "checkpoint at step %d recorded (version %d)\n", o.Step, st.Version)
+	return nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+type initOptions struct {
+	Store             string
+	Ranks             int
+	FirstStep         int64
+	ChunkSize         int64
+	SnapshotEvery     uint64
+	RetainCheckpoints int
+}
+
+func initCommand() *cli.Command {
+	var o initOptions
+	return &cli.Command{
+		Name:      "init",
+		Usage:     "create a stream with a fixed number of ranks",
+		UsageText: "lakefs-produce init --store URL --ranks R [--first-step N]",
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.IntFlag{Name: "ranks", Destination: &o.Ranks, Usage: "data-parallel ranks R (required)"},
+			&cli.Int64Flag{Name: "first-step", Destination: &o.FirstStep, Usage: "number of the first step"},
+			&cli.Int64Flag{Name: "chunk-size", Value: txn.DefaultChunkSize, Destination: &o.ChunkSize, Usage: "bytes per CRC32C chunk in packs"},
+			&cli.Uint64Flag{Name: "snapshot-every", Value: txn.DefaultSnapshotEvery, Destination: &o.SnapshotEvery, Usage: "write a state snapshot every N versions"},
+			&cli.IntFlag{Name: "retain-checkpoints", Value: txn.DefaultRetainCheckpoints, Destination: &o.RetainCheckpoints,
+				Usage: "checkpoints whose following steps are kept; steps up to the oldest of them are reclaimed"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return initStream(c.Context, o, c.App.Writer)
+		},
+	}
+}
+
+func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
+	if o.Ranks < 1 {
+		return usagef("--ranks must be at least 1 (got %d)", o.Ranks)
+	}
+	if o.FirstStep < 0 {
+		return usagef("--first-step must not be negative (got %d)", o.FirstStep)
+	}
+	if o.RetainCheckpoints < 1 {
+		return usagef("--retain-checkpoints must be at least 1 (got %d)", o.RetainCheckpoints)
+	}
+	s, err := openStore(ctx, o.Store)
+	if err != nil {
+		return err
+	}
+	l, err := txn.Create(ctx, s, txn.CreateOptions{
+		Ranks: o.Ranks, FirstStep: o.FirstStep, ChunkSize: o.ChunkSize,
+		SnapshotEvery: o.SnapshotEvery, RetainCheckpoints: o.RetainCheckpoints,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "created stream %s: %d ranks, first step %d\n", l.Config.StreamID, l.Config.Ranks, l.Config.FirstStep)
+	return nil
+}

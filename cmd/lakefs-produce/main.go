@@ -1,0 +1,134 @@
+// Command lakefs-produce creates streams, seals staging batches into steps
+// and administers a stream: status, verify, checkpoint, gc, bench.
+//
+// Each subcommand lives in its own file: flags fill an options struct, and
+// a plain function (which tests call) does the work.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+// errUsage classifies usage errors: exit status 2.
+var errUsage = errors.New("usage error")
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run is the whole command; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	app := &cli.App{
+		Name:  "lakefs-produce",
+		Usage: "create a Lakestream stream and commit staged training batches to it",
+		Description: `Every command takes --store URL (or LAKEFS_STORE): file:///abs/dir, or
+s3://bucket/prefix?endpoint=http://host:port&region=us-east-1&path-style=true
+(credentials from the standard AWS chain).
+
+EXAMPLES:
+   lakefs-produce init --store file:///data/stream --ranks 8
+   lakefs-produce run --store file:///data/stream --staging /data/staging --producer-id prep-0
+   lakefs-produce status --store file:///data/stream --json
+   lakefs-produce checkpoint --store file:///data/stream --step 700
+   lakefs-produce gc --store file:///data/stream --dry-run
+
+EXIT STATUS:
+   0 success, 1 operational error, 2 usage error`,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			initCommand(), runCommand(), statusCommand(), verifyCommand(),
+			checkpointCommand(), gcCommand(),
+		},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err.Error()} },
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(stderr, "lakefs-produce: unknown command %q; run lakefs-produce --help\n", name)
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // we map errors to exit codes below
+	}
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		if len(args) > 1 && app.Command(args[1]) == nil && args[1][0] != '-' {
+			return 2 // CommandNotFound already said why
+		}
+		return 0
+	}
+	fmt.Fprintln(stderr, "lakefs-produce:", oneLine(err))
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// oneLine keeps error output to one line.
+func oneLine(err error) string {
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+var storeFlag = &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
+	Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
+
+// openStore opens --store; a bad URL is a usage error.
+func openStore(ctx context.Context, url string) (store.Store, error) {
+	if url == "" {
+		return nil, usagef("no store: pass --store URL or set LAKEFS_STORE")
+	}
+	s, err := store.Open(ctx, url)
+	if errors.Is(err, store.ErrInvalid) {
+		return nil, usageError{err.Error()}
+	}
+	return s, err
+}
+
+// openLog opens the stream at url.
+func openLog(ctx context.Context, url string) (*txn.Log, error) {
+	s, err := openStore(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return txn.Open(ctx, s)
+}
+
+func newLogger(stderr io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// noArgs refuses stray positional arguments.
+func noArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+type runOptions struct {
+	Store       string
+	Staging     string
+	ProducerID  string
+	MaxLead     int64
+	MetricsAddr string
+	Once        bool
+	Poll        time.Duration
+	Strategy    string
+	GCEvery     time.Duration
+	GCGrace     time.Duration
+	Progress    string // auto, line, log
+	Verbose     bool
+}
+
+func runCommand() *cli.Command {
+	var o runOptions
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "commit sealed staging batches as steps, exactly once",
+		UsageText: "lakefs-produce run --store URL --staging DIR --producer-id ID [--max-lead STEPS] [--metrics-addr HOST:PORT] [--once]",
+		Description: `Writers create <staging>/<batch>/rank-<r>/<files> (and optional step-level
+files in <staging>/<batch>/), then <staging>/<batch>/_SEALED last. Sealed
+batches are committed in name order, one step each, and removed once the
+commit is durable. Invalid batches move to <staging>/_rejected/<batch>/ with
+a _REASON file. Killed at any moment, run resumes where it stopped with
+nothing lost and nothing committed twice.
+
+--once commits every batch sealed at start and exits 0; without it, run keeps
+watching until SIGINT or SIGTERM.`,
+		Flags: []cli.Flag{
+			storeFlag,
+			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
+			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
+			&cli.Int64Flag{Name: "max-lead", Destination: &o.MaxLead, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
+			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
+			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
+			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
+			&cli.StringFlag{Name: "strategy", Value: "dac", Destination: &o.Strategy, Usage: "commit strategy: dac, naive or fixed"},
+			&cli.DurationFlag{Name: "gc-every", Value: 10 * time.Minute, Destination: &o.GCEvery, Usage: "run gc this often while running (0: never)"},
+			&cli.DurationFlag{Name: "gc-grace", Value: txn.DefaultGrace, Destination: &o.GCGrace, Usage: "gc's grace period"},
+			&cli.StringFlag{Name: "progress", Value: "auto", Destination: &o.Progress, Usage: "auto (a live line on a terminal, else log lines), line or log"},
+			&cli.BoolFlag{Name: "verbose", Destination: &o.Verbose, Usage: "debug logging"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return produce(c.Context, o, c.App.ErrWriter)
+		},
+	}
+}
+
+func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
+	switch {
+	case o.Staging == "":
+		return usagef("--staging DIR is required")
+	case o.ProducerID == "":
+		return usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
+	case o.MaxLead < 0:
+		return usagef("--max-lead must not be negative (got %d)", o.MaxLead)
+	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
+		return usagef("--progress %q: use auto, line or log", o.Progress)
+	}
+	strategy, err := txn.NewStrategy(o.Strategy)
+	if err != nil {
+		return usagef("--strategy: %v", err)
+	}
+	tree, err := stage.Open(o.Staging)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	s, err := openStore(ctx, o.Store)
+	if err != nil {
+		return err
+	}
+	if err := store.Probe(ctx, s); err != nil {
+		return fmt.Errorf("refusing store %s: %w", o.Store, err)
+	}
+	l, err := txn.Open(ctx, s)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, o.Verbose)
+	m := newRunMetrics()
+	if o.MetricsAddr != "" {
+		stop, err := serveMetrics(o.MetricsAddr, m.reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	prog := newProgress(stderr, o.Progress, logger)
+	defer prog.stop()
+	err = stage.Run(ctx, stage.RunOptions{
+		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
+		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Strategy: strategy, Logger: logger,
+		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
+		OnBatch: func(e stage.BatchEvent) { m.batch(e); prog.batch(e) },
+	})
+	if errors.Is(err, txn.ErrFenced) {
+		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)
+	}
+	return err
+}
+
+type runMetrics struct {
+	reg                         *prometheus.Registry
+	commits, attempts, conflict prometheus.Counter
+	tgbs, bytes, rejected       prometheus.Counter
+	latency                     prometheus.Histogram
+	group                       prometheus.Histogram
+}
+
+func newRunMetrics() *runMetrics {
+	m := &runMetrics{reg: prometheus.NewRegistry()}
+	c := func(name, help string) prometheus.Counter {
+		x := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lakefs", Subsystem: "produce", Name: name, Help: help})
+		m.reg.MustRegister(x)
+		return x
+	}
+	m.commits = c("commits_total", "Versions committed.")
+	m.attempts = c("commit_attempts_total", "Create-if-absent attempts of versions.")
+	m.conflict = c("commit_conflicts_total", "Attempts that lost the race for a version.")
+	m.tgbs = c("steps_total", "Steps (TGBs) committed.")
+	m.bytes = c("bytes_total", "Bytes of committed batches.")
+	m.rejected = c("rejected_batches_total", "Batches moved to _rejected.")
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lakefs", Subsystem: "produce", Name: "commit_latency_seconds",
+		Help: "From a TGB's data being durable to its step being visible.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.group = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lakefs", Subsystem: "produce", Name: "commit_group_size",
+		Help: "TGBs per committed version.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
+	m.reg.MustRegister(m.latency, m.group, collectors.NewGoCollector())
+	return m
+}
+
+func (m *runMetrics) commit(cs txn.CommitStats) {
+	m.commits.Inc()
+	m.attempts.Add(float64(cs.Attempts))
+	m.conflict.Add(float64(cs.Attempts - 1))
+	m.tgbs.Add(float64(cs.TGBs))
+	m.group.Observe(float64(cs.TGBs))
+	for _, u := range cs.Uploaded {
+		m.latency.Observe(cs.Committed.Sub(u).Seconds())
+	}
+}
+
+func (m *runMetrics) batch(e stage.BatchEvent) {
+	switch {
+	case e.Rejected != "":
+		m.rejected.Inc()
+	case e.Step >= 0 && e.Waiting == "":
+		m.bytes.Add(float64(e.Bytes))
+	}
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usagef("--metrics-addr %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	logger.Info("serving metrics", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
+
+// progress shows what run does: on a terminal a live line rewritten every
+// second; otherwise an slog line every 10 seconds when something happened.
+type progress struct {
+	out    io.Writer
+	live   bool
+	logger *slog.Logger
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu                    sync.Mutex
+	batches, bytes, tgbs  int64
+	commits, attempts     int64
+	head                  int64
+	rejected              int64
+	waiting               string
+	lastBatches, lastByte int64
+}
+
+func newProgress(out io.Writer, mode string, logger *slog.Logger) *progress {
+	p := &progress{out: out, logger: logger, done: make(chan struct{}), head: -1}
+	switch mode {
+	case "line":
+		p.live = true
+	case "auto":
+		if f, ok := out.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				p.live = true
+			}
+		}
+	}
+	interval := 10 * time.Second
+	if p.live {
+		interval = time.Second
+	}
+	p.wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-t.C:
+				p.report(interval)
+			}
+		}
+	})
+	return p
+}
+
+func (p *progress) commit(cs txn.CommitStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.commits++
+	p.attempts += int64(cs.Attempts)
+	p.tgbs += int64(cs.TGBs)
+}
+
+func (p *progress) batch(e stage.BatchEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case e.Waiting != "":
+		p.waiting = e.Waiting
+		return
+	case e.Rejected != "":
+		p.rejected++
+	case e.Step >= 0:
+		p.batches++
+		p.bytes += e.Bytes
+		p.head = max(p.head, e.Step)
+	}
+	p.waiting = ""
+}
+
+func (p *progress) report(interval time.Duration) {
+	p.mu.Lock()
+	db, dB := p.batches-p.lastBatches, p.bytes-p.lastByte
+	p.lastBatches, p.lastByte = p.batches, p.bytes
+	group := 0.0
+	if p.commits > 0 {
+		group = float64(p.tgbs) / float64(p.commits)
+	}
+	batches, head, rejected, waiting := p.batches, p.head, p.rejected, p.waiting
+	p.mu.Unlock()
+	secs := interval.Seconds()
+	if p.live {
+		line := fmt.Sprintf("%d batches  %.1f batches/s  %.1f MB/s  group %.1f  head %d  rejected %d",
+			batches, float64(db)/secs, float64(dB)/secs/1e6, group, head, rejected)
+		if waiting != "" {
+			line += "  " + waiting
+		}
+		fmt.Fprintf(p.out, "\r\033[K%s", line)
+		return
+	}
+	if db > 0 || waiting != "" {
+		p.logger.Info("progress", "batches", batches, "batches_per_s", float64(db)/secs, "mb_per_s", float64(dB)/secs/1e6,
+			"mean_group", group, "head", head, "rejected", rejected, "waiting", waiting)
+	}
+}
+
+func (p *progress) stop() {
+	close(p.done)
+	p.wg.Wait()
+	if p.live {
+		fmt.Fprintln(p.out)
+	}
+}

@@ -1,0 +1,270 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// RunOptions configure Run. Zero values take the defaults noted.
+type RunOptions struct {
+	Store      store.Store
+	Log        *txn.Log
+	Tree       *Tree
+	ProducerID string
+	// Once: commit the batches sealed at start, then return.
+	Once bool
+	// MaxLead holds uploads back while the next step would be more than
+	// MaxLead steps past the slowest live consumer (or the newest
+	// checkpoint when no consumer reports); 0 disables it.
+	MaxLead int64
+	Poll    time.Duration // how often to look for new batches (default 500ms)
+	// GCEvery runs gc that often while running (0: never), with GCGrace.
+	GCEvery  time.Duration
+	GCGrace  time.Duration
+	Strategy txn.Strategy // default DAC
+	Logger   *slog.Logger
+	// Observe and OnBatch report progress (metrics, the live line).
+	Observe func(txn.CommitStats)
+	OnBatch func(BatchEvent)
+}
+
+// BatchEvent is one batch leaving the staging tree.
+type BatchEvent struct {
+	Name     string
+	Step     int64 // committed step; -1 when rejected or already committed
+	Bytes    int64
+	Rejected string // the reason, when rejected
+	Waiting  string // set (and nothing else) while back-pressure holds uploads
+}
+
+// Run seals the staging tree's batches into steps, in name order, exactly
+// once across crashes: the producer's cursor (the newest committed batch
+// name) and its recent batch names live in the manifest, so on restart a
+// batch already committed is only removed, and one named at or below the
+// cursor that was never committed is rejected rather than committed out of
+// order.
+func Run(ctx context.Context, o RunOptions) error {
+	if o.Poll <= 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := o.Tree.Sweep(); err != nil {
+		return fmt.Errorf("sweeping the staging tree: %w", err)
+	}
+	p, err := txn.OpenProducer(ctx, o.Log, txn.ProducerOptions{
+		ID: o.ProducerID, Strategy: o.Strategy, Logger: o.Logger, Observe: o.Observe,
+	})
+	if err != nil {
+		return err
+	}
+	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}}
+	res := p.Resume()
+	r.cursor = res.Cursor
+	for _, n := range res.Recent {
+		r.committed[n] = true
+	}
+	r.cleanup = make(chan cleanupJob, 1024)
+	var cleaner sync.WaitGroup
+	cleaner.Go(r.cleanLoop)
+
+	err = r.loop(ctx)
+	// Whatever happened, wait for what was appended (unless cancelled) so
+	// the staging tree is cleaned of every committed batch.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	if ferr := p.Flush(ctx); ferr != nil && err == nil && ctx.Err() == nil {
+		err = ferr
+	}
+	close(r.cleanup)
+	cleaner.Wait()
+	if cerr := p.Close(fctx); cerr != nil && err == nil && ctx.Err() == nil {
+		err = cerr
+	}
+	cancel()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return nil // stopped by a signal: a clean exit
+	}
+	return err
+}
+
+type runner struct {
+	RunOptions
+	p         *txn.Producer
+	cursor    string          // newest batch name appended (committed or queued)
+	committed map[string]bool // batch names the manifest says are committed
+	cleanup   chan cleanupJob
+	lastGC    time.Time
+}
+
+type cleanupJob struct {
+	name    string
+	bytes   int64
+	pending *txn.Pending
+}
+
+func (r *runner) loop(ctx context.Context) error {
+	var first []string
+	if r.Once {
+		var err error
+		if first, err = r.Tree.SealedBatches(); err != nil {
+			return err
+		}
+	}
+	for {
+		names := first
+		if !r.Once {
+			var err error
+			if names, err = r.Tree.SealedBatches(); err != nil {
+				return err
+			}
+		}
+		for _, name := range names {
+			if err := r.batch(ctx, name); err != nil {
+				return err
+			}
+		}
+		if r.Once {
+			return nil
+		}
+		r.maybeGC(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.Poll):
+		}
+	}
+}
+
+// batch handles one sealed batch.
+func (r *runner) batch(ctx context.Context, name string) error {
+	switch {
+	case r.committed[name]:
+		// Committed before a crash, not yet removed.
+		r.Logger.Info("batch was already committed; removing it", "batch", name)
+		if err := r.Tree.Remove(name); err != nil {
+			return err
+		}
+		r.event(BatchEvent{Name: name, Step: -1})
+		return nil
+	case name <= r.cursor:
+		return r.reject(name, fmt.Sprintf("batch %q is named at or below this producer's cursor %q and was never committed: batches commit in name order; rename it to sort after %q to commit it", name, r.cursor, r.cursor))
+	}
+	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
+	if errors.Is(err, ErrInvalid) {
+		return r.reject(name, err.Error())
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.holdBack(ctx); err != nil {
+		return err
+	}
+	pd, err := r.p.Append(ctx, b.Batch())
+	if errors.Is(err, txn.ErrSource) {
+		return r.reject(name, err.Error())
+	}
+	if err != nil {
+		return err
+	}
+	r.cursor = name
+	select {
+	case r.cleanup <- cleanupJob{name: name, bytes: b.Bytes, pending: pd}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (r *runner) reject(name, reason string) error {
+	dst, err := r.Tree.Reject(name, reason)
+	if err != nil {
+		return err
+	}
+	r.Logger.Warn("batch rejected", "batch", name, "moved_to", dst, "reason", reason)
+	r.event(BatchEvent{Name: name, Step: -1, Rejected: reason})
+	return nil
+}
+
+func (r *runner) event(e BatchEvent) {
+	if r.OnBatch != nil {
+		r.OnBatch(e)
+	}
+}
+
+// cleanLoop removes each batch once its commit is durable, in order.
+func (r *runner) cleanLoop() {
+	for j := range r.cleanup {
+		step, err := j.pending.Wait(context.Background())
+		if err != nil {
+			continue // the producer failed; Run returns its error
+		}
+		if err := r.Tree.Remove(j.name); err != nil {
+			r.Logger.Error("committed batch not removed; it will be removed on restart", "batch", j.name, "err", err)
+			continue
+		}
+		r.event(BatchEvent{Name: j.name, Step: step, Bytes: j.bytes})
+	}
+}
+
+// holdBack waits while the next step would be more than MaxLead steps past
+// the slowest consumer (or the newest checkpoint).
+func (r *runner) holdBack(ctx context.Context) error {
+	if r.MaxLead <= 0 {
+		return nil
+	}
+	logged := false
+	for {
+		st, err := r.Log.Load(ctx)
+		if err != nil {
+			return err
+		}
+		cons, err := txn.Consumers(ctx, r.Store)
+		if err != nil {
+			return err
+		}
+		base, who, ok := txn.LeadBase(st, cons, time.Now())
+		lead := st.NextStep() - base
+		if !ok || lead <= r.MaxLead {
+			if logged {
+				r.Logger.Info("back-pressure released", "next_step", st.NextStep(), "base", base)
+			}
+			return nil
+		}
+		why := fmt.Sprintf("waiting: next step %d is %d steps ahead of %s at step %d (--max-lead %d)", st.NextStep(), lead, who, base, r.MaxLead)
+		if !logged {
+			r.Logger.Info("back-pressure: holding uploads", "reason", why)
+			logged = true
+		}
+		r.event(BatchEvent{Waiting: why})
+		r.maybeGC(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(r.Poll, time.Second)):
+		}
+	}
+}
+
+func (r *runner) maybeGC(ctx context.Context) {
+	if r.GCEvery <= 0 || time.Since(r.lastGC) < r.GCEvery {
+		return
+	}
+	r.lastGC = time.Now()
+	rep, err := txn.GC(ctx, r.Log, txn.GCOptions{Grace: r.GCGrace, Logger: r.Logger})
+	if err != nil {
+		r.Logger.Warn("gc failed; will retry", "err", err)
+		return
+	}
+	if rep.ReclaimedSteps > 0 || len(rep.DataDeleted)+len(rep.Orphans)+len(rep.LogDeleted) > 0 {
+		r.Logger.Info("gc", "reclaimed_steps", rep.ReclaimedSteps, "data_deleted", len(rep.DataDeleted),
+			"orphans", len(rep.Orphans), "log_deleted", len(rep.LogDeleted), "bytes", rep.Bytes)
+	}
+}

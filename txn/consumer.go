@@ -1,0 +1,88 @@
+package txn
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// Heartbeat is _consumers/<node-id>.json: what a mount reports about its
+// progress, so producers can hold back (--max-lead) and operators can see
+// who reads what.
+type Heartbeat struct {
+	NodeID string `json:"node_id"`
+	// Step is the highest step read through this mount; null before the
+	// first read.
+	Step *int64    `json:"step"`
+	Time time.Time `json:"time"`
+	// Version and Head are the manifest version and head step the mount
+	// shows (Head null before the first commit).
+	Version uint64 `json:"version"`
+	Head    *int64 `json:"head"`
+	Ranks   []int  `json:"ranks,omitempty"` // nil: all
+	Host    string `json:"host,omitempty"`
+	PID     int    `json:"pid"`
+}
+
+// HeartbeatKey is the object a node's heartbeat is written to.
+func HeartbeatKey(nodeID string) string { return ConsumerDir + nodeID + ".json" }
+
+// ConsumerTimeout is how old a heartbeat may be and still count as a live
+// consumer for back-pressure.
+const ConsumerTimeout = 2 * time.Minute
+
+// Consumers reads the mounts' heartbeats, sorted by node id. Unreadable
+// heartbeats are skipped: a consumer must never stop a producer.
+func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
+	var out []Heartbeat
+	err := store.Walk(ctx, s, ConsumerDir, "", func(o store.Info) error {
+		if !strings.HasSuffix(o.Key, ".json") {
+			return nil
+		}
+		b, err := store.ReadAll(ctx, s, o.Key)
+		if err != nil {
+			return nil // deleted meanwhile
+		}
+		var h Heartbeat
+		if json.Unmarshal(b, &h) == nil && h.NodeID != "" {
+			out = append(out, h)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", ConsumerDir, err)
+	}
+	slices.SortFunc(out, func(a, b Heartbeat) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return out, nil
+}
+
+// LeadBase is the step producers measure their lead from: the slowest live
+// consumer's highest step read (a live consumer that has read nothing yet
+// counts as just before the first live step), else the newest checkpoint,
+// else none (ok false: no back-pressure). who names it, for status lines.
+func LeadBase(st *State, consumers []Heartbeat, now time.Time) (base int64, who string, ok bool) {
+	for _, h := range consumers {
+		if now.Sub(h.Time) > ConsumerTimeout {
+			continue
+		}
+		step := st.LiveFrom - 1
+		if h.Step != nil {
+			step = *h.Step
+		}
+		if !ok || step < base {
+			base, who, ok = step, "consumer "+h.NodeID, true
+		}
+	}
+	if ok {
+		return base, who, true
+	}
+	if n := len(st.Checkpoints); n > 0 {
+		return st.Checkpoints[n-1], "checkpoint", true
+	}
+	return 0, "", false
+}

@@ -1,0 +1,270 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// DefaultGrace is how long gc waits before deleting reclaimed data and
+// orphans: long enough for a mount to finish the reads it started on a
+// step that was just reclaimed, and for a commit whose response was lost
+// to be resolved.
+const DefaultGrace = 10 * time.Minute
+
+// GCOptions configure GC.
+type GCOptions struct {
+	Grace  time.Duration // default DefaultGrace; 0 is allowed only with Now set
+	DryRun bool          // report, delete and commit nothing
+	Logger *slog.Logger
+	// Now is the clock (tests); zero means time.Now.
+	Now func() time.Time
+}
+
+// GCReport says what a GC did (or, with DryRun, would do).
+type GCReport struct {
+	ReclaimedBelow int64    `json:"reclaimed_below"` // new LiveFrom; 0 when nothing was reclaimed
+	ReclaimedSteps int64    `json:"reclaimed_steps"`
+	DataDeleted    []string `json:"data_deleted"` // reclaimed packs past the grace period
+	LogDeleted     []string `json:"log_deleted"`  // versions and snapshots no reader needs
+	Orphans        []string `json:"orphans"`      // unreferenced data past the grace period
+	Bytes          int64    `json:"bytes"`        // of DataDeleted and Orphans
+	Version        uint64   `json:"version"`      // state version after gc
+}
+
+// ReclaimTarget is the LiveFrom that the checkpoints allow: the step after
+// the oldest of the newest RetainCheckpoints checkpoints. A job restarting
+// from any retained checkpoint C reads C+1.., all of which stay. ok is false
+// when fewer checkpoints than that are recorded.
+func ReclaimTarget(st *State) (int64, bool) {
+	k := st.Config.RetainCheckpoints
+	if k < 1 || len(st.Checkpoints) < k {
+		return 0, false
+	}
+	return st.Checkpoints[len(st.Checkpoints)-k] + 1, true
+}
+
+// GC runs the lifecycle in order, each step idempotent and safe to run
+// from several processes at once:
+//
+//  1. Commit a reclamation record below ReclaimTarget: those steps leave
+//     every view at once; their packs become pending deletes.
+//  2. Delete pending packs reclaimed longer than Grace ago, then commit a
+//     purge record naming them.
+//  3. Delete log versions and snapshots no reader needs (see gcLog).
+//  4. Delete orphans: data objects no version references, older than
+//     Grace, that no commit can still reference (see orphanable).
+func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
+	if o.Grace == 0 && o.Now == nil {
+		o.Grace = DefaultGrace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	rep := &GCReport{}
+	st, err := l.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	// 1. Reclaim.
+	if target, ok := ReclaimTarget(st); ok && target > st.LiveFrom {
+		target = min(target, st.NextStep())
+		rep.ReclaimedSteps = target - st.LiveFrom
+		rep.ReclaimedBelow = target
+		if !o.DryRun {
+			_, err := l.Commit(ctx, st, func(st *State) (*Version, error) {
+				if st.LiveFrom >= target {
+					return nil, nil // another gc did it
+				}
+				return &Version{Reclaim: &Reclaim{Below: target}}, nil
+			}, o.Logger)
+			if err != nil {
+				return nil, fmt.Errorf("committing reclamation below step %d: %w", target, err)
+			}
+			o.Logger.Info("reclaimed steps", "below", target, "steps", rep.ReclaimedSteps)
+		}
+	}
+
+	// 2. Purge reclaimed packs past the grace period.
+	var due []string
+	for _, pd := range st.Pending {
+		if now().Sub(pd.Time) >= o.Grace {
+			due = append(due, pd.Keys...)
+		}
+	}
+	if len(due) > 0 {
+		rep.DataDeleted = due
+		rep.Bytes += sizes(ctx, l.Store, due)
+		if !o.DryRun {
+			if err := l.Store.Delete(ctx, due...); err != nil {
+				return nil, fmt.Errorf("deleting reclaimed data: %w", err)
+			}
+			purged := make(map[string]bool, len(due))
+			for _, k := range due {
+				purged[k] = true
+			}
+			_, err := l.Commit(ctx, st, func(st *State) (*Version, error) {
+				var still []string
+				for _, pd := range st.Pending {
+					for _, k := range pd.Keys {
+						if purged[k] {
+							still = append(still, k)
+						}
+					}
+				}
+				if len(still) == 0 {
+					return nil, nil
+				}
+				return &Version{Purged: still}, nil
+			}, o.Logger)
+			if err != nil {
+				return nil, fmt.Errorf("committing purge record: %w", err)
+			}
+		}
+	}
+
+	// 3. The log.
+	logDel, err := l.gcLog(ctx, now())
+	if err != nil {
+		return nil, err
+	}
+	rep.LogDeleted = logDel
+
+	// 4. Orphans, against the newest state (a commit may have landed).
+	if _, err := l.Refresh(ctx, st); err != nil {
+		return nil, err
+	}
+	orphans, bytes, err := l.orphans(ctx, st, now().Add(-o.Grace))
+	if err != nil {
+		return nil, err
+	}
+	rep.Orphans, rep.Bytes = orphans, rep.Bytes+bytes
+	if !o.DryRun {
+		if err := l.Store.Delete(ctx, logDel...); err != nil {
+			return nil, fmt.Errorf("deleting old log objects: %w", err)
+		}
+		if err := l.Store.Delete(ctx, orphans...); err != nil {
+			return nil, fmt.Errorf("deleting orphans: %w", err)
+		}
+	}
+	rep.Version = st.Version
+	return rep, nil
+}
+
+func sizes(ctx context.Context, s store.Store, keys []string) int64 {
+	var n int64
+	for _, k := range keys {
+		if info, err := s.Stat(ctx, k); err == nil {
+			n += info.Size
+		}
+	}
+	return n
+}
+
+// gcLog picks the log objects no reader needs. A reader starts from a
+// snapshot (the hinted one, else the newest listed) and reads every version
+// after it, so:
+//   - the newest snapshot stays, and so does every snapshot younger than
+//     LogRetention (a reader may have just read a hint naming it);
+//   - a version stays if it follows the oldest surviving snapshot, or is
+//     younger than LogRetention (see Refresh: a reader that saw the head
+//     recently trusts "v+1 absent").
+//
+// The hint is left alone: one naming a deleted snapshot makes readers list.
+func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
+	type obj struct {
+		v   uint64
+		key string
+		mod time.Time
+	}
+	var snaps, versions []obj
+	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
+		if v, ok := parseSnapshotKey(o.Key); ok {
+			snaps = append(snaps, obj{v, o.Key, o.ModTime})
+		} else if v, ok := ParseVersionKey(o.Key); ok {
+			versions = append(versions, obj{v, o.Key, o.ModTime})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", LogPrefix, err)
+	}
+	if len(snaps) == 0 {
+		return nil, nil
+	}
+	old := func(o obj) bool { return now.Sub(o.mod) > LogRetention }
+	var del []string
+	oldestKept := snaps[len(snaps)-1].v
+	for _, s := range snaps[:len(snaps)-1] {
+		if old(s) {
+			del = append(del, s.key)
+		} else {
+			oldestKept = min(oldestKept, s.v)
+		}
+	}
+	for _, v := range versions {
+		if v.v <= oldestKept && old(v) {
+			del = append(del, v.key)
+		}
+	}
+	return del, nil
+}
+
+// orphans lists data objects that no version references and that no commit
+// can reference any more, last modified before cutoff. A pack
+// data/<p>/<epoch>/<seq>/... may still be committed if producer p's current
+// incarnation is <epoch> and <seq> is beyond its committed seq: its
+// committer may be retrying (a lost response, a store outage). Such objects
+// wait until that incarnation is superseded; every other unreferenced pack
+// is garbage once it is older than the grace period.
+func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]string, int64, error) {
+	live := map[string]bool{}
+	for _, t := range st.Steps {
+		for _, p := range t.Packs() {
+			live[p.Key] = true
+		}
+	}
+	for _, pd := range st.Pending {
+		for _, k := range pd.Keys {
+			live[k] = true
+		}
+	}
+	var out []string
+	var bytes int64
+	err := store.Walk(ctx, l.Store, DataPrefix, "", func(o store.Info) error {
+		if live[o.Key] || !o.ModTime.Before(cutoff) || !orphanable(st, o.Key) {
+			return nil
+		}
+		out = append(out, o.Key)
+		bytes += o.Size
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing %s: %w", DataPrefix, err)
+	}
+	return out, bytes, nil
+}
+
+func orphanable(st *State, key string) bool {
+	parts := strings.Split(strings.TrimPrefix(key, DataPrefix), "/")
+	if len(parts) != 4 {
+		return true // not a pack this system writes
+	}
+	epoch, err1 := strconv.ParseUint(parts[1], 10, 64)
+	seq, err2 := strconv.ParseUint(parts[2], 10, 64)
+	p := st.Producers[parts[0]]
+	if err1 != nil || err2 != nil || p == nil {
+		return p == nil
+	}
+	return epoch < p.Epoch || seq <= p.Seq
+}

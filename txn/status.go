@@ -1,0 +1,181 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// StatusReport is `lakefs-produce status --json`. Field names are a
+// contract (DESIGN.md): add, never rename.
+type StatusReport struct {
+	Head        *int64           `json:"head"` // null when no step is committed
+	FirstStep   int64            `json:"first_step"`
+	Version     uint64           `json:"version"`
+	Ranks       int              `json:"ranks"`
+	Live        LiveRange        `json:"live"`
+	Producers   []ProducerReport `json:"producers"`
+	Checkpoints []int64          `json:"checkpoints"`
+	DataBytes   int64            `json:"data_bytes"`
+
+	StreamID          string           `json:"stream_id"`
+	RetainCheckpoints int              `json:"retain_checkpoints"`
+	ReclaimTarget     *int64           `json:"reclaim_target"` // LiveFrom the checkpoints allow
+	PendingDeletes    int              `json:"pending_deletes"`
+	Consumers         []ConsumerReport `json:"consumers"`
+	Time              time.Time        `json:"time"` // of the newest version
+}
+
+// LiveRange is the unreclaimed steps; From and To are null when empty.
+type LiveRange struct {
+	From  *int64 `json:"from"`
+	To    *int64 `json:"to"`
+	Count int64  `json:"count"`
+}
+
+// ProducerReport is one producer in a StatusReport.
+type ProducerReport struct {
+	ID     string `json:"id"`
+	Epoch  uint64 `json:"epoch"`
+	Seq    uint64 `json:"seq"`
+	Cursor string `json:"cursor"`
+	// LastStep is the producer's newest live step (null if none).
+	LastStep *int64 `json:"last_step"`
+}
+
+// ConsumerReport is one mount's heartbeat, with its lag behind the head.
+type ConsumerReport struct {
+	Node string    `json:"node"`
+	Step *int64    `json:"step"`
+	Lag  *int64    `json:"lag"` // head - step
+	Time time.Time `json:"time"`
+	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout
+}
+
+// StreamStatus summarises the stream's newest state.
+func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
+	st, err := l.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := Consumers(ctx, l.Store)
+	if err != nil {
+		return nil, err
+	}
+	r := &StatusReport{
+		FirstStep:         l.Config.FirstStep,
+		Version:           st.Version,
+		Ranks:             l.Config.Ranks,
+		Checkpoints:       append([]int64{}, st.Checkpoints...),
+		DataBytes:         st.LiveBytes(),
+		StreamID:          l.Config.StreamID,
+		RetainCheckpoints: st.Config.RetainCheckpoints,
+		Time:              st.Time,
+		Producers:         []ProducerReport{},
+		Consumers:         []ConsumerReport{},
+	}
+	for _, pd := range st.Pending {
+		r.PendingDeletes += len(pd.Keys)
+	}
+	if h, ok := st.Head(); ok {
+		r.Head = &h
+	}
+	if n := int64(len(st.Steps)); n > 0 {
+		from, to := st.LiveFrom, st.LiveFrom+n-1
+		r.Live = LiveRange{From: &from, To: &to, Count: n}
+	}
+	if t, ok := ReclaimTarget(st); ok {
+		r.ReclaimTarget = &t
+	}
+	last := map[string]int64{}
+	for _, t := range st.Steps {
+		last[t.Producer] = t.Step
+	}
+	for _, p := range st.Producers {
+		pr := ProducerReport{ID: p.ID, Epoch: p.Epoch, Seq: p.Seq, Cursor: p.Cursor}
+		if s, ok := last[p.ID]; ok {
+			pr.LastStep = &s
+		}
+		r.Producers = append(r.Producers, pr)
+	}
+	slices.SortFunc(r.Producers, func(a, b ProducerReport) int { return strings.Compare(a.ID, b.ID) })
+	now := time.Now()
+	for _, h := range cons {
+		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout}
+		if h.Step != nil && r.Head != nil {
+			lag := *r.Head - *h.Step
+			c.Lag = &lag
+		}
+		r.Consumers = append(r.Consumers, c)
+	}
+	return r, nil
+}
+
+// Problem is one thing Verify found wrong.
+type Problem struct {
+	Object string `json:"object"`
+	What   string `json:"what"`
+}
+
+func (p Problem) String() string { return p.Object + ": " + p.What }
+
+// VerifyReport is what Verify checked.
+type VerifyReport struct {
+	Version  uint64    `json:"version"`
+	Steps    int64     `json:"steps"`
+	Objects  int       `json:"objects"`
+	Bytes    int64     `json:"bytes"`
+	Problems []Problem `json:"problems"`
+}
+
+// Verify checks the log (Load validates every record it reads: format,
+// contiguous steps, names, sizes), then that every live pack exists with
+// its recorded size and that every chunk's and file's CRC32C matches. A
+// log that cannot be read is an error; everything else is a Problem.
+func Verify(ctx context.Context, l *Log, parallel int) (*VerifyReport, error) {
+	st, err := l.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &VerifyReport{Version: st.Version, Steps: int64(len(st.Steps)), Problems: []Problem{}}
+	var packs []*Pack
+	for _, t := range st.Steps {
+		packs = append(packs, t.Packs()...)
+	}
+	rep.Objects = len(packs)
+	problems := make([]*Problem, len(packs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(parallel, 1))
+	for i, p := range packs {
+		rep.Bytes += p.Size
+		g.Go(func() error {
+			data, err := store.ReadAll(gctx, l.Store, p.Key)
+			switch {
+			case gctx.Err() != nil:
+				return gctx.Err()
+			case err != nil:
+				problems[i] = &Problem{p.Key, fmt.Sprintf("unreadable: %v", err)}
+			default:
+				if err := VerifyPack(p, data, l.Config.ChunkSize); err != nil {
+					problems[i] = &Problem{p.Key, err.Error()}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for _, p := range problems {
+		if p != nil {
+			rep.Problems = append(rep.Problems, *p)
+		}
+	}
+	return rep, nil
+}
