@@ -68,6 +68,9 @@ EXIT STATUS:
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // we map errors to exit codes below
 	}
+	for _, c := range app.Commands {
+		c.OnUsageError = app.OnUsageError // not inherited by subcommands
+	}
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		if len(args) > 1 && app.Command(args[1]) == nil && args[1][0] != '-' {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// invoke runs the command in-process and returns its exit status and output.
+func invoke(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"lakefs-produce"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func stageBatch(t *testing.T, staging, name string, ranks int) {
+	t.Helper()
+	for r := range ranks {
+		dir := filepath.Join(staging, name, "rank-"+string(rune('0'+r)))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "x.bin"), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(staging, name, "_SEALED"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCommandsEndToEnd(t *testing.T) {
+	url := "file://" + t.TempDir()
+	staging := t.TempDir()
+	t.Setenv("LAKEFS_STORE", url)
+
+	if code, _, stderr := invoke(t, "init", "--ranks", "2", "--first-step", "10"); code != 0 {
+		t.Fatalf("init: %d %s", code, stderr)
+	}
+	if code, _, stderr := invoke(t, "init", "--ranks", "2"); code != 1 || !strings.Contains(stderr, "exists") {
+		t.Fatalf("second init: %d %q", code, stderr)
+	}
+	// Empty stream: head is null.
+	code, out, _ := invoke(t, "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["head"] != nil {
+		t.Fatalf("status of an empty stream: %d %s", code, out)
+	}
+	for _, b := range []string{"a", "b", "c"} {
+		stageBatch(t, staging, b, 2)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once"); code != 0 {
+		t.Fatalf("run: %d %s", code, stderr)
+	}
+	code, out, _ = invoke(t, "status", "--json")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	var s struct {
+		Head      *int64 `json:"head"`
+		FirstStep int64  `json:"first_step"`
+		Version   uint64 `json:"version"`
+		Ranks     int    `json:"ranks"`
+		Live      struct {
+			From, To *int64
+			Count    int64
+		} `json:"live"`
+		Producers []struct {
+			ID     string `json:"id"`
+			Epoch  uint64 `json:"epoch"`
+			Seq    uint64 `json:"seq"`
+			Cursor string `json:"cursor"`
+		} `json:"producers"`
+		Checkpoints []int64 `json:"checkpoints"`
+		DataBytes   int64   `json:"data_bytes"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Head == nil || *s.Head != 12 || s.FirstStep != 10 || s.Ranks != 2 || s.Live.Count != 3 || *s.Live.From != 10 ||
+		len(s.Producers) != 1 || s.Producers[0].Cursor != "c" || s.Producers[0].Seq != 3 || s.DataBytes != 6 {
+		t.Fatalf("status: %s", out)
+	}
+	if code, out, _ := invoke(t, "verify"); code != 0 || !strings.Contains(out, "0 problems") {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+	if code, _, stderr := invoke(t, "checkpoint", "--step", "99"); code != 1 || !strings.Contains(stderr, "not committed") {
+		t.Fatalf("checkpoint past head: %d %s", code, stderr)
+	}
+	for range 2 { // twice: harmless
+		if code, _, stderr := invoke(t, "checkpoint", "--step", "11"); code != 0 {
+			t.Fatalf("checkpoint: %d %s", code, stderr)
+		}
+	}
+	code, out, _ = invoke(t, "status", "--json")
+	if code != 0 || !strings.Contains(out, `"checkpoints":[11]`) {
+		t.Fatalf("status after checkpoint: %s", out)
+	}
+
+	// Corrupt one pack: verify names it and fails.
+	dir := strings.TrimPrefix(url, "file://")
+	var pack string
+	filepath.Walk(filepath.Join(dir, "data"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && pack == "" {
+			pack = p
+		}
+		return nil
+	})
+	if err := os.WriteFile(pack, []byte("XX"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := invoke(t, "verify")
+	rel, _ := filepath.Rel(dir, pack)
+	if code != 1 || !strings.Contains(out, rel) || !strings.Contains(stderr, "problems") {
+		t.Fatalf("verify of a corrupt pack: %d %s %s", code, out, stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "")
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"status"}, "--store"},
+		{[]string{"status", "--store", "ftp://x"}, `"ftp"`},
+		{[]string{"status", "--store", "file://relative"}, "file:///abs/dir"},
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "0"}, "--ranks"},
+		{[]string{"run", "--store", "file:///tmp/x", "--producer-id", "p"}, "--staging"},
+		{[]string{"run", "--store", "file:///tmp/x", "--staging", "/nonexistent-staging", "--producer-id", "p"}, "/nonexistent-staging"},
+		{[]string{"checkpoint", "--store", "file:///tmp/x"}, "--step"},
+		{[]string{"status", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"frobnicate"}, "frobnicate"},
+	} {
+		code, _, stderr := invoke(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.mention) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line mentioning %s", c.args, code, stderr, c.mention)
+		}
+	}
+	// No stream at a valid store: operational error naming the fix.
+	code, _, stderr := invoke(t, "status", "--store", "file://"+t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "lakefs-produce init") {
+		t.Errorf("status without a stream: %d %q", code, stderr)
+	}
+}

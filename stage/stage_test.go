@@ -1,0 +1,280 @@
+package stage_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// write creates files (path -> content) under dir.
+func write(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// batch stages a valid two-rank batch, sealed.
+func batch(t *testing.T, staging, name string) {
+	t.Helper()
+	write(t, filepath.Join(staging, name), map[string]string{
+		"rank-0/a.bin":     name + "/0/a",
+		"rank-0/sub/b.bin": name + "/0/b",
+		"rank-1/a.bin":     name + "/1/a",
+		"meta.json":        `{"batch":"` + name + `"}`,
+		stage.Sealed:       "",
+	})
+}
+
+type env struct {
+	staging string
+	store   store.Store
+	log     *txn.Log
+}
+
+func newEnv(t *testing.T) *env {
+	s, err := store.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := txn.Create(t.Context(), s, txn.CreateOptions{Ranks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{staging: t.TempDir(), store: s, log: l}
+}
+
+// run runs one `run --once` pass and returns the rejected batch reasons.
+func (e *env) run(t *testing.T, id string) map[string]string {
+	t.Helper()
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := map[string]string{}
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: e.store, Log: e.log, Tree: tree, ProducerID: id, Once: true,
+		OnBatch: func(b stage.BatchEvent) {
+			if b.Rejected != "" {
+				rejected[b.Name] = b.Rejected
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rejected
+}
+
+// steps maps committed batch names to steps.
+func (e *env) steps(t *testing.T) map[string]int64 {
+	t.Helper()
+	st, err := e.log.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, tgb := range st.Steps {
+		if _, dup := out[tgb.Batch]; dup {
+			t.Fatalf("batch %s committed twice", tgb.Batch)
+		}
+		out[tgb.Batch] = tgb.Step
+	}
+	return out
+}
+
+func TestRejectionReasons(t *testing.T) {
+	long := strings.Repeat("d", 200) + "/" + strings.Repeat("f", 100)
+	cases := []struct {
+		name   string
+		make   func(t *testing.T, dir string)
+		reason string
+	}{
+		{"missing-rank", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", stage.Sealed: ""})
+		}, "missing rank directory rank-1"},
+		{"extra-rank", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", "rank-2/a": "x", stage.Sealed: ""})
+		}, "extra rank directory \"rank-2\""},
+		{"malformed-rank", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", "rank-01/a": "x", stage.Sealed: ""})
+		}, "extra directory \"rank-01\""},
+		{"empty-rank", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", stage.Sealed: ""})
+			if err := os.MkdirAll(filepath.Join(dir, "rank-1", "empty-subdir"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "rank directory rank-1 is empty"},
+		{"symlink", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", stage.Sealed: ""})
+			if err := os.Symlink("/etc/passwd", filepath.Join(dir, "rank-1", "link")); err != nil {
+				t.Fatal(err)
+			}
+		}, "symlink"},
+		{"fifo", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", stage.Sealed: ""})
+			if err := syscall.Mkfifo(filepath.Join(dir, "rank-0", "pipe"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "fifo"},
+		{"device", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", stage.Sealed: ""})
+			// /dev/null's numbers: 1,3.
+			if err := syscall.Mknod(filepath.Join(dir, "rank-0", "null"), syscall.S_IFCHR|0o644, 1<<8|3); err != nil {
+				t.Fatalf("mknod (the tests run as root): %v", err)
+			}
+		}, "device"},
+		{"dotdot-name", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a..b": "x", "rank-1/a": "x", stage.Sealed: ""})
+		}, `".."`},
+		{"long-name", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/" + long: "x", "rank-1/a": "x", stage.Sealed: ""})
+		}, "over the 255-byte limit"},
+	}
+	e := newEnv(t)
+	for _, c := range cases {
+		c.make(t, filepath.Join(e.staging, c.name))
+	}
+	batch(t, e.staging, "zz-valid")
+	rejected := e.run(t, "p")
+
+	for _, c := range cases {
+		reason, ok := rejected[c.name]
+		if !ok {
+			t.Errorf("%s: not rejected", c.name)
+			continue
+		}
+		if !strings.Contains(reason, c.reason) {
+			t.Errorf("%s: reason %q does not say %q", c.name, reason, c.reason)
+		}
+		// Moved whole, with the reason, never deleted.
+		dir := filepath.Join(e.staging, stage.RejectedDir, c.name)
+		b, err := os.ReadFile(filepath.Join(dir, stage.Reason))
+		if err != nil || !strings.Contains(string(b), c.reason) {
+			t.Errorf("%s: %s: %q %v", c.name, stage.Reason, b, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, stage.Sealed)); err != nil {
+			t.Errorf("%s: rejected batch lost files: %v", c.name, err)
+		}
+		if _, err := os.Lstat(filepath.Join(e.staging, c.name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: still in the staging tree", c.name)
+		}
+	}
+	// The producer went on: the valid batch is the one step.
+	steps := e.steps(t)
+	if len(steps) != 1 || steps["zz-valid"] != 0 {
+		t.Fatalf("committed %v, want only zz-valid as step 0", steps)
+	}
+}
+
+func TestBelowCursorRejected(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b002")
+	e.run(t, "p")
+	// A batch sorting before the committed cursor appears later: committing
+	// it would break name order, so it is rejected, not committed.
+	batch(t, e.staging, "b001")
+	batch(t, e.staging, "b003")
+	rejected := e.run(t, "p")
+	if r := rejected["b001"]; !strings.Contains(r, "at or below this producer's cursor") {
+		t.Fatalf("b001: %q", r)
+	}
+	if steps := e.steps(t); len(steps) != 2 || steps["b002"] != 0 || steps["b003"] != 1 {
+		t.Fatalf("steps %v", steps)
+	}
+}
+
+// TestCommittedBatchRemovedNotRecommitted: the crash window between a
+// durable commit and the batch's removal. The batch reappearing under its
+// name (as it would after such a crash) is removed, not committed again.
+func TestCommittedBatchRemovedNotRecommitted(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	batch(t, e.staging, "b002")
+	e.run(t, "p")
+	batch(t, e.staging, "b002") // "not yet removed"
+	batch(t, e.staging, "b003")
+	// A Remove interrupted after its rename leaves a dot directory.
+	write(t, filepath.Join(e.staging, ".b001.done"), map[string]string{"rank-0/a": "x"})
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 3 || steps["b003"] != 2 {
+		t.Fatalf("steps %v", steps)
+	}
+	left, _ := os.ReadDir(e.staging)
+	if len(left) != 0 {
+		t.Fatalf("staging not empty: %v", left)
+	}
+}
+
+func TestUnsealedUntouched(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	write(t, filepath.Join(e.staging, "b002"), map[string]string{"rank-0/a": "partial", "rank-1/a": "x"})
+	batch(t, e.staging, "b003")
+	write(t, filepath.Join(e.staging, "_private"), map[string]string{"rank-0/a": "x", stage.Sealed: ""})
+	write(t, filepath.Join(e.staging, ".hidden"), map[string]string{"rank-0/a": "x", stage.Sealed: ""})
+	e.run(t, "p")
+	if steps := e.steps(t); len(steps) != 2 {
+		t.Fatalf("steps %v", steps)
+	}
+	for _, p := range []string{"b002/rank-0/a", "_private/rank-0/a", ".hidden/rank-0/a"} {
+		if _, err := os.Stat(filepath.Join(e.staging, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.staging, "b002/rank-0/a")); string(b) != "partial" {
+		t.Fatalf("unsealed batch changed: %q", b)
+	}
+}
+
+func TestStagedBytesCommitted(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	e.run(t, "p")
+	st, err := e.log.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgb := st.Steps[0]
+	want := map[string]string{"rank-0/a.bin": "b001/0/a", "rank-0/sub/b.bin": "b001/0/b", "rank-1/a.bin": "b001/1/a", "meta.json": `{"batch":"b001"}`}
+	got := map[string]string{}
+	read := func(prefix string, p *txn.Pack) {
+		data, err := store.ReadAll(context.Background(), e.store, p.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.VerifyPack(p, data, e.log.Config.ChunkSize); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range p.Files {
+			got[prefix+f.Name] = string(data[f.Off : f.Off+f.Size])
+		}
+	}
+	read("rank-0/", tgb.Ranks[0])
+	read("rank-1/", tgb.Ranks[1])
+	read("", tgb.Shared)
+	if len(got) != len(want) {
+		t.Fatalf("files %v", got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+}
