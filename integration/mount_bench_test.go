@@ -1,9 +1,9 @@
 package integration
 
-// Benchmarks of the mount, run as tests gated by LAKEFS_BENCH=1 because
-// they move gigabytes and print numbers instead of asserting times:
+// Benchmarks of the mount. They move gigabytes and print numbers instead
+// of asserting times; each runs its measurement once:
 //
-//	LAKEFS_BENCH=1 go test -run 'TestMountBench' -v -timeout 30m ./integration/
+//	go test -run XXX -bench BenchmarkMount -benchtime 1x -v -timeout 30m ./integration/
 
 import (
 	"bufio"
@@ -26,13 +26,6 @@ import (
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
-
-func mntRequireBench(t *testing.T) {
-	if os.Getenv("LAKEFS_BENCH") == "" {
-		t.Skip("a benchmark: set LAKEFS_BENCH=1 to run it")
-	}
-	mntRequireFUSE(t)
-}
 
 // mntPatternFile is a FileSource of size bytes generated on the fly (cheap:
 // these benchmarks are about moving bytes, not about their values).
@@ -57,7 +50,7 @@ func (r *mntPatternReader) Read(p []byte) (int, error) {
 // mntBenchStream makes a 2-rank stream of steps whose rank 0 holds stepBytes
 // in files (the first tiny, so the others start off chunk boundaries) and
 // whose rank 1 is one small file.
-func mntBenchStream(t *testing.T, url string, steps int, stepBytes int64) *txn.Log {
+func mntBenchStream(t testing.TB, url string, steps int, stepBytes int64) *txn.Log {
 	t.Helper()
 	start := time.Now()
 	l := mntNewStream(t, url, 2, txn.DefaultChunkSize)
@@ -101,7 +94,7 @@ func mntMbps(bytes int64, d time.Duration) float64 { return float64(bytes) / d.S
 // mntDirectRead reads the rank-0 packs of every step with the store client:
 // one GET per pack streamed (get), or 1 MiB ranged GETs, 8 in parallel,
 // each chunk checked against its CRC32C as the mount does (ranged).
-func mntDirectRead(t *testing.T, l *txn.Log, ranged bool) (int64, time.Duration) {
+func mntDirectRead(t testing.TB, l *txn.Log, ranged bool) (int64, time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := l.Load(ctx)
@@ -188,7 +181,7 @@ type mntMountRun struct {
 // mntReadThroughMount starts lakefs-mount with extra flags, reads every rank-0
 // file of every step in order with 1 MiB reads (like cat or a dataloader),
 // sleeping gap between steps (the training step's compute), and stops it.
-func mntReadThroughMount(t *testing.T, bin, url string, steps int, gap time.Duration, flags ...string) mntMountRun {
+func mntReadThroughMount(t testing.TB, bin, url string, steps int, gap time.Duration, flags ...string) mntMountRun {
 	t.Helper()
 	mnt := t.TempDir()
 	addr := mntFreePort(t)
@@ -260,24 +253,24 @@ func mntP95(ds []time.Duration) time.Duration {
 	return s[(len(s)*95+99)/100-1]
 }
 
-// TestMountBenchThroughput prints sequential read throughput of one
+// BenchmarkMountThroughput prints sequential read throughput of one
 // rank's steps through the mount next to reading the same packs with the
 // store client, the read amplification, and the p95 time to read a whole
 // step with prefetching on and off (with a training-like pause between
 // steps, during which prefetching can work). It runs on file://, on
 // file:// with 20 ms added to every GET (a remote store), and on S3.
-func TestMountBenchThroughput(t *testing.T) {
-	mntRequireBench(t)
-	bin := mntBuildMount(t)
-	for _, b := range mntBackends(t) {
-		t.Run(b.name, func(t *testing.T) { mntBenchThroughput(t, bin, b.url(t), 0) })
-		if b.name == "file" {
-			t.Run(b.name+"+20ms", func(t *testing.T) { mntBenchThroughput(t, bin, b.url(t), 20*time.Millisecond) })
+func BenchmarkMountThroughput(b *testing.B) {
+	mntRequireFUSE(b)
+	bin := mntBuildMount(b)
+	for _, be := range mntBackends(b) {
+		b.Run(be.name, func(b *testing.B) { mntBenchThroughput(b, bin, be.url(b), 0) })
+		if be.name == "file" {
+			b.Run(be.name+"+20ms", func(b *testing.B) { mntBenchThroughput(b, bin, be.url(b), 20*time.Millisecond) })
 		}
 	}
 }
 
-func mntBenchThroughput(t *testing.T, bin, url string, latency time.Duration) {
+func mntBenchThroughput(t testing.TB, bin, url string, latency time.Duration) {
 	const steps, stepBytes, cacheSize = 48, 32 << 20, "256MiB"
 	l := mntBenchStream(t, url, steps, stepBytes)
 	if latency > 0 {
@@ -337,11 +330,12 @@ func mntMedian(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// TestMountBenchMemory reads 4 GiB through a mount with --cache-size
+// BenchmarkMountMemory reads 4 GiB through a mount with --cache-size
 // 256MiB and reports the mount process's peak RSS; it must stay under
 // 256 MiB + 128 MiB.
-func TestMountBenchMemory(t *testing.T) {
-	mntRequireBench(t)
+func BenchmarkMountMemory(b *testing.B) {
+	var t testing.TB = b
+	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
 	const steps, stepBytes = 128, 32 << 20

@@ -10,7 +10,7 @@ STORE="file://$DIR/store"
 STAGING=$DIR/staging
 MNT=$DIR/mnt
 RANKS=4
-STEPS=8
+STEPS=50
 mkdir -p "$DIR/store" "$STAGING" "$MNT"
 
 say() { printf '\n== %s\n' "$*"; }
