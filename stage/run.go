@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lakestream/lakestream/store"
@@ -102,6 +103,9 @@ type runner struct {
 	committed map[string]bool // batch names the manifest says are committed
 	cleanup   chan cleanupJob
 	lastGC    time.Time
+	// inFlight counts TGBs appended but not yet committed: the lead
+	// includes them, or a producer could run MaxLead plus its queue ahead.
+	inFlight atomic.Int64
 }
 
 type cleanupJob struct {
@@ -175,6 +179,7 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return err
 	}
 	r.cursor = name
+	r.inFlight.Add(1)
 	select {
 	case r.cleanup <- cleanupJob{name: name, bytes: b.Bytes, pending: pd}:
 	case <-ctx.Done():
@@ -203,6 +208,7 @@ func (r *runner) event(e BatchEvent) {
 func (r *runner) cleanLoop() {
 	for j := range r.cleanup {
 		step, err := j.pending.Wait(context.Background())
+		r.inFlight.Add(-1)
 		if err != nil {
 			continue // the producer failed; Run returns its error
 		}
@@ -231,14 +237,15 @@ func (r *runner) holdBack(ctx context.Context) error {
 			return err
 		}
 		base, who, ok := txn.LeadBase(st, cons, time.Now())
-		lead := st.NextStep() - base
+		next := st.NextStep() + r.inFlight.Load()
+		lead := next - base
 		if !ok || lead <= r.MaxLead {
 			if logged {
-				r.Logger.Info("back-pressure released", "next_step", st.NextStep(), "base", base)
+				r.Logger.Info("back-pressure released", "next_step", next, "base", base)
 			}
 			return nil
 		}
-		why := fmt.Sprintf("waiting: next step %d is %d steps ahead of %s at step %d (--max-lead %d)", st.NextStep(), lead, who, base, r.MaxLead)
+		why := fmt.Sprintf("waiting: next step %d is %d steps ahead of %s at step %d (--max-lead %d)", next, lead, who, base, r.MaxLead)
 		if !logged {
 			r.Logger.Info("back-pressure: holding uploads", "reason", why)
 			logged = true

@@ -2,12 +2,14 @@ package stage_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
@@ -276,5 +278,61 @@ func TestStagedBytesCommitted(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s: %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// TestBackPressure: with --max-lead 2 and a consumer that has read step 0,
+// the producer commits up to step 2, holds, says why, and goes on by itself
+// once the consumer moves.
+func TestBackPressure(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range []string{"b1", "b2", "b3", "b4", "b5", "b6"} {
+		batch(t, e.staging, b)
+	}
+	beat := func(step int64) {
+		hb, _ := json.Marshal(txn.Heartbeat{NodeID: "n1", Step: &step, Time: time.Now()})
+		if err := store.PutBytes(t.Context(), e.store, txn.HeartbeatKey("n1"), hb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(0)
+	tree, _ := stage.Open(e.staging)
+	waiting := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(t.Context(), stage.RunOptions{
+			Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true, MaxLead: 2, Poll: 10 * time.Millisecond,
+			OnBatch: func(b stage.BatchEvent) {
+				if b.Waiting != "" {
+					select {
+					case waiting <- b.Waiting:
+					default:
+					}
+				}
+			},
+		})
+	}()
+	why := <-waiting
+	if !strings.Contains(why, "consumer n1") || !strings.Contains(why, "--max-lead 2") {
+		t.Fatalf("waiting reason %q", why)
+	}
+	// What was appended before holding gets committed, and nothing past
+	// the lead.
+	var st *txn.State
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, _ = e.log.Load(t.Context()); st.NextStep() >= 3 {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a producer ignoring the lead would commit more meanwhile
+	if st, _ = e.log.Load(t.Context()); st.NextStep() != 3 {
+		t.Fatalf("held back at next step %d, want 3 (steps 0-2 within the lead of 2 past step 0)", st.NextStep())
+	}
+	beat(10)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if steps := e.steps(t); len(steps) != 6 {
+		t.Fatalf("steps %v", steps)
 	}
 }

@@ -30,6 +30,17 @@ type StatusReport struct {
 	PendingDeletes    int              `json:"pending_deletes"`
 	Consumers         []ConsumerReport `json:"consumers"`
 	Time              time.Time        `json:"time"` // of the newest version
+	// Lead is how far the next step is ahead of what back-pressure
+	// measures from (null when nothing reports): a producer run with
+	// --max-lead M holds its uploads while Lead.Steps > M.
+	Lead *LeadReport `json:"lead"`
+}
+
+// LeadReport is the producers' lead over the slowest reader.
+type LeadReport struct {
+	Base  int64  `json:"base"`  // the step measured from
+	Who   string `json:"who"`   // "consumer <node>" or "checkpoint"
+	Steps int64  `json:"steps"` // next step - base
 }
 
 // LiveRange is the unreclaimed steps; From and To are null when empty.
@@ -106,6 +117,9 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	}
 	slices.SortFunc(r.Producers, func(a, b ProducerReport) int { return strings.Compare(a.ID, b.ID) })
 	now := time.Now()
+	if base, who, ok := LeadBase(st, cons, time.Now()); ok {
+		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
+	}
 	for _, h := range cons {
 		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout}
 		if h.Step != nil && r.Head != nil {

@@ -72,6 +72,9 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	}
 	fmt.Fprintf(w, "checkpoints\t%s (retain %d; reclaimable below %s)\n", orNone(strings.Join(cps, " ")), r.RetainCheckpoints, opt(r.ReclaimTarget))
 	fmt.Fprintf(w, "pending deletes\t%d objects\n", r.PendingDeletes)
+	if r.Lead != nil {
+		fmt.Fprintf(w, "lead\t%d steps ahead of %s at step %d (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, r.Lead.Base)
+	}
 	w.Flush()
 	fmt.Fprintln(stdout)
 	w = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
