@@ -106,6 +106,11 @@ type runner struct {
 	// inFlight counts TGBs appended but not yet committed: the lead
 	// includes them, or a producer could run MaxLead plus its queue ahead.
 	inFlight atomic.Int64
+
+	// holdBack's view, refreshed incrementally.
+	leadState   *txn.State
+	consumers   []txn.Heartbeat
+	consumersAt time.Time
 }
 
 type cleanupJob struct {
@@ -139,10 +144,8 @@ func (r *runner) loop(ctx context.Context) error {
 			return nil
 		}
 		r.maybeGC(ctx)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(r.Poll):
+		if err := sleepCtx(ctx, r.Poll); err != nil {
+			return err
 		}
 	}
 }
@@ -221,23 +224,33 @@ func (r *runner) cleanLoop() {
 }
 
 // holdBack waits while the next step would be more than MaxLead steps past
-// the slowest consumer (or the newest checkpoint).
+// the slowest consumer (or the newest checkpoint). It keeps its own state,
+// refreshed incrementally, and rereads heartbeats at most every
+// consumerPoll: a check costs a read of the new versions, not the log.
 func (r *runner) holdBack(ctx context.Context) error {
 	if r.MaxLead <= 0 {
 		return nil
 	}
-	logged := false
+	logged, failures := false, 0
 	for {
-		st, err := r.Log.Load(ctx)
-		if err != nil {
+		err := r.refreshLead(ctx)
+		if errors.Is(err, txn.ErrCorrupt) {
 			return err
 		}
-		cons, err := txn.Consumers(ctx, r.Store)
 		if err != nil {
-			return err
+			// The store is down or throttling: wait it out, holding uploads.
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				r.Logger.Warn("back-pressure check failed; retrying", "err", err, "failures", failures)
+			}
+			if serr := sleepCtx(ctx, min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)); serr != nil {
+				return serr
+			}
+			continue
 		}
-		base, who, ok := txn.LeadBase(st, cons, time.Now())
-		next := st.NextStep() + r.inFlight.Load()
+		failures = 0
+		base, who, ok := txn.LeadBase(r.leadState, r.consumers, time.Now())
+		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
 		if !ok || lead <= r.MaxLead {
 			if logged {
@@ -252,11 +265,44 @@ func (r *runner) holdBack(ctx context.Context) error {
 		}
 		r.event(BatchEvent{Waiting: why})
 		r.maybeGC(ctx)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(max(r.Poll, time.Second)):
+		if err := sleepCtx(ctx, max(r.Poll, 200*time.Millisecond)); err != nil {
+			return err
 		}
+		r.consumersAt = time.Time{} // waiting: look at the consumers again
+	}
+}
+
+// consumerPoll bounds how often heartbeats are reread while not waiting.
+const consumerPoll = 2 * time.Second
+
+func (r *runner) refreshLead(ctx context.Context) error {
+	if r.leadState == nil {
+		st, err := r.Log.Load(ctx)
+		if err != nil {
+			return err
+		}
+		r.leadState = st
+	} else if _, err := r.Log.Refresh(ctx, r.leadState); err != nil {
+		return err
+	}
+	if time.Since(r.consumersAt) >= consumerPoll {
+		cons, err := txn.Consumers(ctx, r.Store)
+		if err != nil {
+			return err
+		}
+		r.consumers, r.consumersAt = cons, time.Now()
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

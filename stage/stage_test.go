@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -334,5 +335,38 @@ func TestBackPressure(t *testing.T) {
 	}
 	if steps := e.steps(t); len(steps) != 6 {
 		t.Fatalf("steps %v", steps)
+	}
+}
+
+// TestFlakyStore: a store failing 20% of calls and losing 10% of create
+// and put responses after applying them: run retries, nothing is lost or
+// committed twice, and the staging tree ends empty.
+func TestFlakyStore(t *testing.T) {
+	e := newEnv(t)
+	faulty := store.NewFaulty(e.store, 3)
+	faulty.Set(store.Fault{ErrRate: 0.2})
+	faulty.Set(store.Fault{ErrRate: 0.2, LostRate: 0.1}, store.OpCreate, store.OpPut)
+	var names []string
+	for i := range 30 {
+		names = append(names, fmt.Sprintf("b%03d", i))
+		batch(t, e.staging, names[i])
+	}
+	tree, _ := stage.Open(e.staging)
+	l := &txn.Log{Store: faulty, Config: e.log.Config}
+	err := stage.Run(t.Context(), stage.RunOptions{Store: faulty, Log: l, Tree: tree, ProducerID: "p", Once: true, MaxLead: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := e.steps(t)
+	for i, n := range names {
+		if s, ok := steps[n]; !ok || s != int64(i) {
+			t.Fatalf("batch %s: step %d %v; all %v", n, s, ok, steps)
+		}
+	}
+	if left, _ := os.ReadDir(e.staging); len(left) != 0 {
+		t.Fatalf("staging not empty: %v", left)
+	}
+	if faulty.Injected(store.OpCreate)+faulty.Injected(store.OpPut) == 0 {
+		t.Fatal("no faults injected")
 	}
 }
