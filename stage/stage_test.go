@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -368,5 +370,61 @@ func TestFlakyStore(t *testing.T) {
 	}
 	if faulty.Injected(store.OpCreate)+faulty.Injected(store.OpPut) == 0 {
 		t.Fatal("no faults injected")
+	}
+}
+
+// TestLargeBatchBoundedMemory: a 1 GiB batch is streamed from the staging
+// files to the store, never held in memory. The files are sparse, so the
+// test costs disk bandwidth, not space in the staging tree.
+func TestLargeBatchBoundedMemory(t *testing.T) {
+	e := newEnv(t)
+	dir := filepath.Join(e.staging, "big")
+	for r, sizes := range [][]int64{{300 << 20, 212 << 20}, {512 << 20}} {
+		for i, n := range sizes {
+			p := filepath.Join(dir, fmt.Sprintf("rank-%d", r), fmt.Sprintf("f%d.bin", i))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("head"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(t, dir, map[string]string{stage.Sealed: ""})
+
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	e.run(t, "p")
+	close(stop)
+	<-sampled
+	if steps := e.steps(t); len(steps) != 1 {
+		t.Fatalf("steps %v", steps)
+	}
+	grew := int64(peak.Load()) - int64(base.HeapInuse)
+	t.Logf("1 GiB batch: heap in use grew by at most %d MiB", grew>>20)
+	if grew > 128<<20 {
+		t.Fatalf("uploading a 1 GiB batch grew the heap by %d MiB: data is being buffered", grew>>20)
 	}
 }
