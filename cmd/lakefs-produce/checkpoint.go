@@ -25,7 +25,7 @@ func checkpointCommand() *cli.Command {
 are recorded. Recording a checkpoint twice is harmless. A step that is not
 committed yet is refused.`,
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -31,7 +31,7 @@ log versions and snapshots no reader needs, and orphans (data no version
 references) older than the grace period. Safe to run while producers and
 mounts run, and from several places at once.`,
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.BoolFlag{Name: "dry-run", Destination: &o.DryRun, Usage: "list what would be deleted; change nothing"},
 			&cli.DurationFlag{Name: "grace", Value: txn.DefaultGrace, Destination: &o.Grace, Usage: "age before reclaimed data and orphans are deleted"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},

@@ -26,7 +26,7 @@ func initCommand() *cli.Command {
 		Usage:     "create a stream with a fixed number of ranks",
 		UsageText: "lakefs-produce init --store URL --ranks R [--first-step N]",
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.IntFlag{Name: "ranks", Destination: &o.Ranks, Usage: "data-parallel ranks R (required)"},
 			&cli.Int64Flag{Name: "first-step", Destination: &o.FirstStep, Usage: "number of the first step"},
 			&cli.Int64Flag{Name: "chunk-size", Value: txn.DefaultChunkSize, Destination: &o.ChunkSize, Usage: "bytes per CRC32C chunk in packs"},

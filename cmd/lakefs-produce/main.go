@@ -96,8 +96,12 @@ func oneLine(err error) string {
 	return string(b)
 }
 
-var storeFlag = &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
-	Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
+// storeFlag is --store; a new one per command, as urfave/cli keeps parse
+// state in flags.
+func storeFlag() cli.Flag {
+	return &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
+		Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
+}
 
 // openStore opens --store; a bad URL is a usage error.
 func openStore(ctx context.Context, url string) (store.Store, error) {

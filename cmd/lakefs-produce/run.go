@@ -53,7 +53,7 @@ nothing lost and nothing committed twice.
 --once commits every batch sealed at start and exits 0; without it, run keeps
 watching until SIGINT or SIGTERM.`,
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
 			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
 			&cli.Int64Flag{Name: "max-lead", Destination: &o.MaxLead, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},

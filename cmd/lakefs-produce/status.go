@@ -25,7 +25,7 @@ func statusCommand() *cli.Command {
 		Usage:     "show head step, version, producers, consumers, checkpoints, live steps, bytes",
 		UsageText: "lakefs-produce status --store URL [--json]",
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print one JSON object (field names are stable)"},
 		},
 		Action: func(c *cli.Context) error {

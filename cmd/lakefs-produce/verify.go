@@ -31,7 +31,7 @@ func verifyCommand() *cli.Command {
 pack: that it exists, has its recorded size, and that each chunk's and each
 file's CRC32C matches the manifest. Exits non-zero naming each problem.`,
 		Flags: []cli.Flag{
-			storeFlag,
+			storeFlag(),
 			&cli.IntFlag{Name: "parallel", Value: 8, Destination: &o.Parallel, Usage: "objects read at once"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},
 		},
