@@ -246,7 +246,7 @@ func validatePack(p *Pack, chunkSize int64, sharedFiles bool) error {
 			return fmt.Errorf("pack %s: file %q appears twice", p.Key, f.Name)
 		}
 		names[f.Name] = true
-		if f.Off != off || f.Size < 0 {
+		if f.Off != off || f.Size < 0 || f.Size > p.Size-off {
 			return fmt.Errorf("pack %s: file %q at offset %d size %d does not follow offset %d", p.Key, f.Name, f.Off, f.Size, off)
 		}
 		off += f.Size
@@ -307,8 +307,21 @@ func (v *Version) validateShape(cfg *StreamConfig) error {
 	if v.Register != nil && (v.Writer.Producer == "" || v.Register.Instance == "") {
 		return errors.New("register without a producer or instance")
 	}
+	if v.Writer.Producer != "" {
+		if err := validateProducerID(v.Writer.Producer); err != nil {
+			return err
+		}
+	}
 	if len(v.TGBs) > 0 && (v.Writer.Producer == "" || v.Producer == nil) {
 		return errors.New("TGBs without a writing producer and its state")
+	}
+	if v.Producer != nil && len(v.TGBs) == 0 {
+		// Only TGBs move a producer's seq and cursor; anything else could
+		// rewind a seq and make the producer overwrite committed packs.
+		return errors.New("producer state without TGBs")
+	}
+	if v.Register != nil && len(v.TGBs) > 0 {
+		return errors.New("register and TGBs in one version")
 	}
 	for _, t := range v.TGBs {
 		if t == nil {
@@ -324,10 +337,18 @@ func (v *Version) validateShape(cfg *StreamConfig) error {
 			if err := validatePack(p, cfg.ChunkSize, false); err != nil {
 				return fmt.Errorf("step %d rank %d: %w", t.Step, r, err)
 			}
+			// A pack's key is a function of its TGB: no record can point at
+			// another step's data (gc would delete it under that step).
+			if want := PackKey(t.Producer, t.Epoch, t.Seq, r); p.Key != want {
+				return fmt.Errorf("step %d rank %d: pack key %q, want %q", t.Step, r, p.Key, want)
+			}
 		}
 		if t.Shared != nil {
 			if err := validatePack(t.Shared, cfg.ChunkSize, true); err != nil {
 				return fmt.Errorf("step %d shared: %w", t.Step, err)
+			}
+			if want := PackKey(t.Producer, t.Epoch, t.Seq, -1); t.Shared.Key != want {
+				return fmt.Errorf("step %d shared: pack key %q, want %q", t.Step, t.Shared.Key, want)
 			}
 		}
 	}

@@ -81,7 +81,15 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 		target = min(target, st.NextStep())
 		rep.ReclaimedSteps = target - st.LiveFrom
 		rep.ReclaimedBelow = target
-		if !o.DryRun {
+		if o.DryRun {
+			// Go on from the state the reclamation would make, so the report
+			// lists what the same real run deletes.
+			sim := st.Clone()
+			if err := sim.Apply(&Version{Version: st.Version + 1, Time: now(), Reclaim: &Reclaim{Below: target}}); err != nil {
+				return nil, err
+			}
+			st = sim
+		} else {
 			_, err := l.Commit(ctx, st, func(st *State) (*Version, error) {
 				if st.LiveFrom >= target {
 					return nil, nil // another gc did it
@@ -141,8 +149,10 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	rep.LogDeleted = logDel
 
 	// 4. Orphans, against the newest state (a commit may have landed).
-	if _, err := l.Refresh(ctx, st); err != nil {
-		return nil, err
+	if !o.DryRun {
+		if _, err := l.Refresh(ctx, st); err != nil {
+			return nil, err
+		}
 	}
 	orphans, bytes, err := l.orphans(ctx, st, now().Add(-o.Grace))
 	if err != nil {

@@ -101,7 +101,9 @@ func (l *Log) Load(ctx context.Context) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := l.Refresh(ctx, st); err != nil {
+	// A snapshot named by a stale hint may be one that gc is deleting, with
+	// the versions after it: confirm the head with one listing.
+	if _, err := l.refresh(ctx, st, true); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -235,6 +237,11 @@ const LogRetention = time.Hour
 // version it stops there with an error naming the object; st then holds
 // the versions before it, nothing past it.
 func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
+	return l.refresh(ctx, st, false)
+}
+
+// refresh is Refresh; listHead forces the chain-cut check (Load).
+func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error) {
 	if !st.seenHead.IsZero() && time.Since(st.seenHead) > LogRetention/2 {
 		fresh, err := l.Load(ctx)
 		if err != nil {
@@ -252,6 +259,21 @@ func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
 		checked := time.Now()
 		v, err := l.ReadVersion(ctx, st.Version+1)
 		if errors.Is(err, store.ErrNotFound) {
+			if cut, err := l.chainCut(ctx, st, listHead); err != nil || cut {
+				if err != nil {
+					return n, err
+				}
+				fresh, err := l.loadNewest(ctx)
+				if err != nil {
+					return n, err
+				}
+				if fresh.Version < st.Version {
+					return n, fmt.Errorf("%w: newest snapshot is at version %d, behind %d", ErrCorrupt, fresh.Version, st.Version)
+				}
+				n += int(fresh.Version - st.Version)
+				*st = *fresh
+				return n, nil
+			}
 			st.seenHead = checked
 			return n, nil
 		}
@@ -263,6 +285,53 @@ func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
 		}
 		n++
 	}
+}
+
+// chainCut reports whether "version v+1 is absent" may be a lie: gc
+// deletes versions older than LogRetention once a newer snapshot covers
+// them, so a reader that started from an old snapshot (a stale hint) and
+// finds the next version gone may be looking at a cut chain. When st's
+// newest version is that old (or when force is set, as Load does), one
+// listing after it tells; it is done once per version, so an idle stream is
+// not listed on every poll.
+func (l *Log) chainCut(ctx context.Context, st *State, force bool) (bool, error) {
+	if st.Version == 0 || st.listedAt == st.Version || (!force && time.Since(st.Time) < LogRetention/2) {
+		return false, nil
+	}
+	objs, _, err := l.Store.List(ctx, LogPrefix, VersionKey(st.Version), 4)
+	if err != nil {
+		return false, fmt.Errorf("listing %s: %w", LogPrefix, err)
+	}
+	st.listedAt = st.Version
+	for _, o := range objs {
+		v, ok := ParseVersionKey(o.Key)
+		if !ok {
+			v, ok = parseSnapshotKey(o.Key)
+		}
+		if ok && v > st.Version {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// loadNewest loads from the newest listed snapshot, ignoring the hint.
+func (l *Log) loadNewest(ctx context.Context) (*State, error) {
+	v, err := l.newestSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := NewState(l.Config)
+	if v > 0 {
+		if st, err = l.readSnapshot(ctx, v); err != nil {
+			return nil, err
+		}
+	}
+	st.listedAt = st.Version // just listed
+	if _, err := l.refresh(ctx, st, false); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // WriteSnapshot stores the state as the snapshot of its version and moves

@@ -327,10 +327,11 @@ func TestCorruptRecords(t *testing.T) {
 	// valid returns a correct next version built by a real commit on a
 	// scratch copy, so each case only breaks one thing.
 	cases := []struct {
-		name string
-		mut  func(v map[string]any)
-		raw  string
-		want string
+		name     string
+		mut      func(v map[string]any)
+		raw      string
+		want     string
+		keepKeys bool // else pack keys follow the mutated TGB, so only one thing is broken
 	}{
 		{name: "garbage", raw: "{not json", want: "not a version record"},
 		{name: "trailing", raw: `{"format":1,"version":3} {}`, want: "trailing data"},
@@ -349,6 +350,13 @@ func TestCorruptRecords(t *testing.T) {
 			v["writer"] = map[string]any{"producer": "ghost", "epoch": 1}
 			tgb(v)["producer"] = "ghost"
 		}, want: "not the producer's registered epoch"},
+		{name: "foreign pack key", keepKeys: true, mut: func(v map[string]any) {
+			tgb(v)["ranks"].([]any)[0].(map[string]any)["key"] = txn.PackKey("p", 1, 1, 0) // step 0's data
+		}, want: "pack key"},
+		{name: "seq rewind", mut: func(v map[string]any) {
+			delete(v, "tgbs")
+			v["producer"].(map[string]any)["seq"] = 0
+		}, want: "producer state without TGBs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -375,6 +383,9 @@ func TestCorruptRecords(t *testing.T) {
 				tgb(m)["seq"] = 2
 				m["producer"].(map[string]any)["seq"] = 2
 				c.mut(m)
+				if !c.keepKeys {
+					rekey(m)
+				}
 				body = jsonMarshal(t, m)
 			}
 			if err := store.PutBytes(ctx, s, txn.VersionKey(3), body); err != nil {
@@ -569,4 +580,33 @@ func jsonMarshal(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// rekey sets every pack key of the TGBs in a version map to what the TGB's
+// producer, epoch and seq name.
+func rekey(v map[string]any) {
+	tgbs, _ := v["tgbs"].([]any)
+	for _, x := range tgbs {
+		t := x.(map[string]any)
+		prod, _ := t["producer"].(string)
+		epoch := uint64(toFloat(t["epoch"]))
+		seq := uint64(toFloat(t["seq"]))
+		ranks, _ := t["ranks"].([]any)
+		for r, p := range ranks {
+			p.(map[string]any)["key"] = txn.PackKey(prod, epoch, seq, r)
+		}
+		if sh, ok := t["shared"].(map[string]any); ok {
+			sh["key"] = txn.PackKey(prod, epoch, seq, -1)
+		}
+	}
+}
+
+func toFloat(x any) float64 {
+	switch n := x.(type) {
+	case float64:
+		return n
+	case int:
+		return float64(n)
+	}
+	return 0
 }

@@ -58,6 +58,9 @@ type State struct {
 	// seenHead is when Refresh last found the version after this one
 	// absent (zero: never). See LogRetention.
 	seenHead time.Time
+	// listedAt is the version at which Refresh last listed the log to
+	// rule out a chain cut by gc (see Log.chainCut).
+	listedAt uint64
 }
 
 // NewState is the state of a stream with no versions.
@@ -137,7 +140,7 @@ func (s *State) check(v *Version) error {
 		}
 	}
 	var seq uint64
-	if p != nil && v.Register == nil {
+	if p != nil {
 		seq = p.Seq
 	}
 	next := s.NextStep()
