@@ -407,8 +407,14 @@ func (p *Producer) commitLoop(ctx context.Context, st *State) {
 		}
 		// Pace attempts, except when the group is already full: waiting
 		// could not make it larger, only later.
-		if !p.groupFull() {
-			if err := sleep(ctx, time.Until(last.Add(p.strategy.Delay()))); err != nil {
+		if wait := time.Until(last.Add(p.strategy.Delay())); wait > 0 && !p.groupFull() {
+			if err := sleep(ctx, wait); err != nil {
+				return
+			}
+			// Others committed while we waited: attempt on the newest
+			// state, or the attempt is lost before it is made.
+			if _, err := p.log.refreshRetry(ctx, st, p.logger); err != nil {
+				p.fail(err)
 				return
 			}
 		}
@@ -448,8 +454,15 @@ func (p *Producer) commitGroup(ctx context.Context, st *State, last *time.Time) 
 		if out == lostRace {
 			p.strategy.Conflict()
 			p.publish(st)
-			if err := sleep(ctx, p.strategy.Delay()); err != nil {
-				return err
+			if d := p.strategy.Delay(); d > 0 {
+				// Back off, then read what landed meanwhile, so the retry
+				// is made on the newest state rather than one d old.
+				if err := sleep(ctx, d); err != nil {
+					return err
+				}
+				if _, err := p.log.refreshRetry(ctx, st, p.logger); err != nil {
+					return err
+				}
 			}
 			continue
 		}
