@@ -60,7 +60,7 @@ EXIT STATUS:
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			initCommand(), runCommand(), statusCommand(), verifyCommand(),
-			checkpointCommand(), gcCommand(),
+			checkpointCommand(), gcCommand(), benchCommand(),
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err.Error()} },
 		CommandNotFound: func(c *cli.Context, name string) {

@@ -1,0 +1,473 @@
+// Package bench is the engine of `lakefs-produce bench ingest`: it runs
+// producers against a store for a while and reports the throughput and
+// commit latency each commit strategy reaches, next to a baseline that
+// writes the same bytes with plain Puts and no commits.
+//
+// Every combination of strategy, producer count and payload runs on a
+// fresh stream under its own prefix of the store (a subdirectory for
+// file://, a sub-prefix for s3://, a new store for mem://), which is
+// deleted afterwards unless Keep is set, so runs neither interfere nor
+// fill the disk.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// RawPut is the baseline strategy: the same bytes written with plain Puts,
+// at the same concurrency, with no manifest and no commits.
+const RawPut = "raw-put"
+
+// IngestOptions configure Ingest. Zero fields take the defaults named.
+type IngestOptions struct {
+	// StoreURL is the store to benchmark (file:///abs/dir, s3://bucket/prefix
+	// or mem://name). Each run uses a fresh prefix under it.
+	StoreURL string
+	// NewStore, if set, replaces StoreURL: it returns a fresh, empty store
+	// for the run named run. Everything in it is deleted after the run
+	// unless Keep is set. Not usable with Processes.
+	NewStore func(ctx context.Context, run string) (store.Store, error)
+
+	Producers []int   // producer counts to run (default 1, 4, 16)
+	Payloads  []int64 // bytes per TGB, split evenly across Ranks files (default 1 MiB)
+	Ranks     int     // ranks of the stream (default 2)
+	// Duration is how long each run measures (default 5s). In long-run mode
+	// (Versions > 0) it is the length of one reporting window.
+	Duration time.Duration
+	// Strategies to run: dac, naive, fixed and raw-put (the default is all
+	// four). A dac variant takes DACConfig settings, each after a colon
+	// (so that a list of strategies can be comma-separated), e.g.
+	// "dac:increase=40:max=200ms" (keys: min, max, initial, factor, jitter,
+	// increase, group).
+	Strategies []string
+	// DAC is the base configuration of the dac strategy (zero: defaults).
+	DAC txn.DACConfig
+	// StoreLatency is added to every store operation (a store.Faulty
+	// wrapper), to stand for a remote object store.
+	StoreLatency time.Duration
+	// JSON prints one JSON object per row instead of a table.
+	JSON bool
+	// Versions > 0 selects long-run mode: each combination runs until its log
+	// has this many versions, printing a row per Duration window, while a
+	// checkpoint and a gc after every window keep the live window bounded
+	// as in a real job. raw-put makes no versions and is skipped.
+	Versions uint64
+	// MaxQueued bounds the TGBs a producer has uploaded but not yet seen
+	// committed; Append waits beyond it, as a producer with bounded staging
+	// space would (default txn.DefaultMaxGroup). It keeps a strategy that
+	// commits slower than data arrives from queueing without limit.
+	MaxQueued int
+	// Drain bounds how long producers may take to commit what they queued
+	// before the end of a run (default Duration). Those commits fall
+	// outside the measured window either way; what is left uncommitted is
+	// deleted with the run's prefix.
+	Drain time.Duration
+	// Processes runs each producer as a separate OS process: WorkerCommand
+	// re-executed with the worker protocol on its stdin and stdout (see
+	// Worker). It needs a store URL other processes can open (not mem://).
+	Processes bool
+	// WorkerCommand is the command line of a worker process (default: this
+	// executable with the arguments "bench", "ingest-worker", which the CLI
+	// must route to Worker).
+	WorkerCommand []string
+	// Keep leaves each run's stream in the store.
+	Keep bool
+	// Logger receives the producers' logs (default: warnings and errors on
+	// stderr).
+	Logger *slog.Logger
+}
+
+// DefaultWorkerArgs are the arguments after the executable that make the
+// CLI run Worker.
+var DefaultWorkerArgs = []string{"bench", "ingest-worker"}
+
+func (o *IngestOptions) defaults() error {
+	if len(o.Producers) == 0 {
+		o.Producers = []int{1, 4, 16}
+	}
+	if len(o.Payloads) == 0 {
+		o.Payloads = []int64{1 << 20}
+	}
+	if o.Ranks == 0 {
+		o.Ranks = 2
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if len(o.Strategies) == 0 {
+		o.Strategies = []string{"dac", "naive", "fixed", RawPut}
+	}
+	if o.MaxQueued == 0 {
+		o.MaxQueued = txn.DefaultMaxGroup
+	}
+	if o.Drain == 0 {
+		o.Drain = o.Duration
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	switch {
+	case o.StoreURL == "" && o.NewStore == nil:
+		return errors.New("bench: no store; pass a store URL")
+	case o.Ranks < 1:
+		return fmt.Errorf("bench: %d ranks; use at least 1", o.Ranks)
+	case o.Duration < 0 || o.Drain < 0 || o.StoreLatency < 0 || o.MaxQueued < 1:
+		return errors.New("bench: durations must not be negative and max-queued must be at least 1")
+	case o.Processes && (o.NewStore != nil || strings.HasPrefix(o.StoreURL, "mem:")):
+		return errors.New("bench: separate processes need a store they can all open; use file:// or s3://, not mem://")
+	}
+	for _, n := range o.Producers {
+		if n < 1 {
+			return fmt.Errorf("bench: %d producers; use at least 1", n)
+		}
+	}
+	for _, b := range o.Payloads {
+		if b < int64(o.Ranks) {
+			return fmt.Errorf("bench: payload of %d bytes cannot fill %d ranks; use at least one byte per rank", b, o.Ranks)
+		}
+	}
+	for _, s := range o.Strategies {
+		if _, err := newStrategy(s, o.DAC); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ingest runs every combination of o.Strategies, o.Producers and o.Payloads
+// in that nesting order and writes one row per run (per window in long-run
+// mode) to out as it finishes.
+func Ingest(ctx context.Context, o IngestOptions, out io.Writer) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	pr := newPrinter(out, o.JSON, o.Versions > 0, o.Strategies)
+	defer pr.flush()
+	stamp := time.Now().UTC().Format("20060102T150405") + "-" + randomHex(3)
+	for _, strategy := range o.Strategies {
+		if o.Versions > 0 && strategy == RawPut {
+			o.Logger.Info("raw-put makes no versions; skipped in long-run mode")
+			continue
+		}
+		for _, n := range o.Producers {
+			for _, payload := range o.Payloads {
+				name := fmt.Sprintf("bench-%s/%s-p%d-b%d", stamp, slug(strategy), n, payload)
+				c := combo{strategy: strategy, producers: n, payload: payload}
+				if err := runOne(ctx, &o, name, c, pr); err != nil {
+					return fmt.Errorf("bench %s, %d producers, %d-byte payload: %w", strategy, n, payload, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// combo is one run's variables.
+type combo struct {
+	strategy  string
+	producers int
+	payload   int64
+}
+
+// target is the fresh store of one run.
+type target struct {
+	url   string // for worker processes; "" when only the Store value exists
+	store store.Store
+	clean func(ctx context.Context) error
+}
+
+// openTarget opens the fresh prefix name under the configured store.
+func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, error) {
+	var t target
+	switch {
+	case o.NewStore != nil:
+		s, err := o.NewStore(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		t.store = s
+	case strings.HasPrefix(o.StoreURL, "mem:"):
+		// Opening a mem:// URL gives a new, empty store: the fresh prefix.
+		s, err := store.Open(ctx, o.StoreURL)
+		if err != nil {
+			return nil, err
+		}
+		t.store = s
+		t.clean = func(context.Context) error { return nil } // garbage once dropped
+	default:
+		u, dir, err := subURL(o.StoreURL, name)
+		if err != nil {
+			return nil, err
+		}
+		s, err := store.Open(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		t.url, t.store = u, s
+		if dir != "" {
+			// Faster than deleting object by object, and takes the
+			// directories and the store's temporary files with it.
+			t.clean = func(context.Context) error {
+				if err := os.RemoveAll(dir); err != nil {
+					return err
+				}
+				// The directory of this Ingest's runs goes with its last
+				// run; before that it is not empty and stays.
+				_ = os.Remove(filepath.Dir(dir))
+				return nil
+			}
+		}
+	}
+	if t.clean == nil {
+		s := t.store
+		t.clean = func(ctx context.Context) error { return deleteAll(ctx, s) }
+	}
+	return &t, nil
+}
+
+// withLatency wraps s so that every operation takes d longer.
+func withLatency(s store.Store, d time.Duration) store.Store {
+	if d <= 0 {
+		return s
+	}
+	f := store.NewFaulty(s, 1)
+	f.Set(store.Fault{Latency: d})
+	return f
+}
+
+// deleteAll deletes every object of s, a page at a time.
+func deleteAll(ctx context.Context, s store.Store) error {
+	for {
+		objs, _, err := s.List(ctx, "", "", store.DefaultListLimit)
+		if err != nil {
+			return fmt.Errorf("listing the run's objects: %w", err)
+		}
+		if len(objs) == 0 {
+			return nil
+		}
+		keys := make([]string, len(objs))
+		for i, obj := range objs {
+			keys[i] = obj.Key
+		}
+		if err := s.Delete(ctx, keys...); err != nil {
+			return fmt.Errorf("deleting the run's objects: %w", err)
+		}
+	}
+}
+
+// runOne runs one combination on a fresh stream and prints its rows.
+func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *printer) (err error) {
+	t, err := openTarget(ctx, o, name)
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer func() {
+			// Clean up even when the run was interrupted.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			defer cancel()
+			if cerr := t.clean(cctx); cerr != nil && err == nil {
+				err = fmt.Errorf("cleaning up %s: %w", name, cerr)
+			}
+		}()
+	}
+	s := withLatency(t.store, o.StoreLatency)
+	var l *txn.Log
+	if c.strategy != RawPut {
+		l, err = txn.Create(ctx, s, txn.CreateOptions{Ranks: o.Ranks})
+		if err != nil {
+			return err
+		}
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rec := newRecorder(o.Versions)
+	f := &fleet{start: make(chan struct{}), stop: make(chan struct{}), ready: make(chan struct{}, c.producers), errs: make(chan error, c.producers)}
+	for i := range c.producers {
+		sp := spec{
+			StoreURL: t.url, StoreLatency: o.StoreLatency,
+			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
+			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
+		}
+		if o.Processes {
+			f.spawn(rctx, o, sp, rec)
+		} else {
+			f.goroutine(rctx, s, l, sp, rec, o.Logger)
+		}
+	}
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(f.stop)
+		}
+	}
+	// Whatever happens, stop the workers and wait for them before the
+	// store is cleaned up.
+	defer func() {
+		halt()
+		cancelLater := time.AfterFunc(o.Drain+time.Minute, cancel)
+		defer cancelLater.Stop()
+		if werr := f.wait(); werr != nil && err == nil {
+			err = werr
+		}
+	}()
+
+	// All producers are registered before the clock starts: registration
+	// is a commit too, and it is not what is measured.
+	for range c.producers {
+		select {
+		case <-f.ready:
+		case err := <-f.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	start := time.Now()
+	rec.begin(start, o.Versions == 0, o.Duration)
+	close(f.start)
+	row := func(w window) Row { return w.row(c, o) }
+
+	if o.Versions == 0 {
+		timer := time.NewTimer(o.Duration)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case err := <-f.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		halt()
+		pr.print(row(rec.cut(start.Add(o.Duration))))
+		return nil
+	}
+	return longRun(ctx, o, l, rec, f, pr, row, halt)
+}
+
+// longRun prints a row per window until the log reaches o.Versions
+// versions, checkpointing and collecting garbage after every window.
+func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f *fleet, pr *printer, row func(window) Row, halt func()) error {
+	ticker := time.NewTicker(o.Duration)
+	defer ticker.Stop()
+	var admin sync.WaitGroup
+	defer admin.Wait()
+	busy := false
+	var mu sync.Mutex
+	for {
+		done := false
+		select {
+		case <-ticker.C:
+		case <-rec.reached:
+			done = true
+		case err := <-f.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if done {
+			halt()
+		}
+		pr.print(row(rec.cut(time.Now())))
+		if done {
+			return nil
+		}
+		mu.Lock()
+		if !busy {
+			busy = true
+			admin.Add(1)
+			go func() {
+				defer admin.Done()
+				if err := collect(ctx, l, o.Logger); err != nil && ctx.Err() == nil {
+					o.Logger.Warn("checkpoint and gc failed; the live window grows until the next one succeeds", "err", err)
+				}
+				mu.Lock()
+				busy = false
+				mu.Unlock()
+			}()
+		}
+		mu.Unlock()
+	}
+}
+
+// collect records a checkpoint at the head and runs gc without a grace
+// period (nothing reads the stream), as a training job and its gc would.
+func collect(ctx context.Context, l *txn.Log, logger *slog.Logger) error {
+	st, err := l.Load(ctx)
+	if err != nil {
+		return err
+	}
+	head, ok := st.Head()
+	if !ok {
+		return nil
+	}
+	if _, err := txn.RecordCheckpoint(ctx, l, head, logger); err != nil {
+		return err
+	}
+	_, err = txn.GC(ctx, l, txn.GCOptions{Grace: 0, Now: time.Now, Logger: logger})
+	return err
+}
+
+// fleet is the workers of one run and the signals they share.
+type fleet struct {
+	start, stop chan struct{} // closed to start and to stop every worker
+	ready       chan struct{} // one send per worker, once registered
+	errs        chan error    // buffered; a worker's failure
+	wg          sync.WaitGroup
+}
+
+// goroutine starts one in-process worker.
+func (f *fleet) goroutine(ctx context.Context, s store.Store, l *txn.Log, sp spec, rec *recorder, logger *slog.Logger) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		err := produce(ctx, s, l, sp, logger, f.start, f.stop, func() { f.ready <- struct{}{} }, rec.add)
+		if err != nil {
+			f.errs <- fmt.Errorf("%s: %w", sp.ID, err)
+		}
+	}()
+}
+
+// wait waits for every worker and returns the first failure not yet
+// returned.
+func (f *fleet) wait() error {
+	f.wg.Wait()
+	select {
+	case err := <-f.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b)
+}
+
+// slug makes a strategy spec usable in a key.
+func slug(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, s)
+}
