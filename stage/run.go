@@ -67,7 +67,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}}
+	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}, appended: map[string]bool{}}
 	res := p.Resume()
 	r.cursor = res.Cursor
 	for _, n := range res.Recent {
@@ -103,6 +103,12 @@ type runner struct {
 	committed map[string]bool // batch names the manifest says are committed
 	cleanup   chan cleanupJob
 	lastGC    time.Time
+
+	// appended holds the batches this process handed to the producer and
+	// has not removed yet: they sort at or below the cursor but are in
+	// flight, not candidates for rejection. Shared with cleanLoop.
+	appendedMu sync.Mutex
+	appended   map[string]bool
 	// inFlight counts TGBs appended but not yet committed: the lead
 	// includes them, or a producer could run MaxLead plus its queue ahead.
 	inFlight atomic.Int64
@@ -128,6 +134,11 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 	}
 	for {
+		// A failed producer (fenced, or its store gone for good) stops the
+		// run; its uncommitted batches stay staged for the next run.
+		if err := r.p.Err(); err != nil {
+			return err
+		}
 		names := first
 		if !r.Once {
 			var err error
@@ -153,6 +164,8 @@ func (r *runner) loop(ctx context.Context) error {
 // batch handles one sealed batch.
 func (r *runner) batch(ctx context.Context, name string) error {
 	switch {
+	case r.isAppended(name):
+		return r.p.Err() // in flight: the cleaner removes it once committed
 	case r.committed[name]:
 		// Committed before a crash, not yet removed.
 		r.Logger.Info("batch was already committed; removing it", "batch", name)
@@ -182,6 +195,7 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return err
 	}
 	r.cursor = name
+	r.setAppended(name, true)
 	r.inFlight.Add(1)
 	select {
 	case r.cleanup <- cleanupJob{name: name, bytes: b.Bytes, pending: pd}:
@@ -207,6 +221,22 @@ func (r *runner) event(e BatchEvent) {
 	}
 }
 
+func (r *runner) isAppended(name string) bool {
+	r.appendedMu.Lock()
+	defer r.appendedMu.Unlock()
+	return r.appended[name]
+}
+
+func (r *runner) setAppended(name string, in bool) {
+	r.appendedMu.Lock()
+	defer r.appendedMu.Unlock()
+	if in {
+		r.appended[name] = true
+	} else {
+		delete(r.appended, name)
+	}
+}
+
 // cleanLoop removes each batch once its commit is durable, in order.
 func (r *runner) cleanLoop() {
 	for j := range r.cleanup {
@@ -219,6 +249,7 @@ func (r *runner) cleanLoop() {
 			r.Logger.Error("committed batch not removed; it will be removed on restart", "batch", j.name, "err", err)
 			continue
 		}
+		r.setAppended(j.name, false)
 		r.event(BatchEvent{Name: j.name, Step: step, Bytes: j.bytes})
 	}
 }
