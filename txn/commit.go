@@ -105,6 +105,9 @@ func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (in
 		if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrInvalid) {
 			return total, err
 		}
+		if ctx.Err() != nil {
+			return total, fmt.Errorf("reading the log: %w", ctx.Err())
+		}
 		log.Warn("reading the log failed; retrying", "err", err)
 		if werr := bo.wait(ctx); werr != nil {
 			return total, fmt.Errorf("%w (last: %v)", werr, err)

@@ -22,6 +22,14 @@ type Strategy interface {
 	Success()
 }
 
+// Pacer is implemented by strategies that also learn from the versions
+// that land: Committed reports one of this producer's versions, the round
+// trip of its create, and how many versions other writers committed since
+// this producer's previous one.
+type Pacer interface {
+	Committed(rtt time.Duration, others int)
+}
+
 // NewStrategy returns the named strategy with default settings:
 //
 //	dac    adaptive group commit (the default)
@@ -91,6 +99,11 @@ type DAC struct {
 	cfg   DACConfig
 	delay time.Duration
 	rng   *rand.Rand
+
+	// The fair-share floor (see Committed): smoothed round trip of a
+	// create and smoothed count of writers sharing the log.
+	rtt     time.Duration
+	writers float64
 }
 
 // NewDAC returns a DAC controller; zero fields of cfg take defaults.
@@ -120,9 +133,39 @@ func NewDAC(cfg DACConfig) *DAC {
 	return &DAC{cfg: cfg, delay: cfg.Min, rng: rand.New(rand.NewPCG(seed, seed+1))}
 }
 
-func (d *DAC) Name() string         { return "dac" }
-func (d *DAC) Delay() time.Duration { return d.delay }
-func (d *DAC) MaxGroup() int        { return d.cfg.MaxGroup }
+func (d *DAC) Name() string { return "dac" }
+
+// Delay is the AIMD delay, but not less than the fair-share floor.
+func (d *DAC) Delay() time.Duration { return d.clamp(max(d.delay, d.floor())) }
+
+// floor is (writers-1) create round trips: with N writers each committing
+// once per N round trips, the log takes about one commit per round trip,
+// what the store can order, and nobody waits on a writer that never backs
+// off. A lone writer (no others' versions between its own) has no floor.
+func (d *DAC) floor() time.Duration {
+	if d.writers < 1.5 {
+		return 0
+	}
+	return time.Duration((d.writers - 1) * float64(d.rtt))
+}
+
+// Committed updates the floor's estimates (exponentially weighted).
+func (d *DAC) Committed(rtt time.Duration, others int) {
+	const w = 0.3
+	if d.rtt == 0 {
+		d.rtt = rtt
+	} else {
+		d.rtt = time.Duration((1-w)*float64(d.rtt) + w*float64(rtt))
+	}
+	n := float64(min(others, 1024) + 1)
+	if d.writers == 0 {
+		d.writers = n
+	} else {
+		d.writers = (1-w)*d.writers + w*n
+	}
+}
+
+func (d *DAC) MaxGroup() int { return d.cfg.MaxGroup }
 
 // Conflict grows the delay: max(delay, Initial) * Factor * U[1-J, 1+J],
 // clamped to [Min, Max].

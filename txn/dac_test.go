@@ -250,3 +250,29 @@ func TestNewStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestDACFairShareFloor: a producer that sees other writers' versions
+// between its own paces itself at (writers-1) round trips, so a writer that
+// never loses a race still makes room; a lone writer is not slowed.
+func TestDACFairShareFloor(t *testing.T) {
+	d := txn.NewDAC(txn.DACConfig{Seed: 1})
+	for range 50 {
+		d.Committed(10*time.Millisecond, 0)
+	}
+	if got := d.Delay(); got != 0 {
+		t.Fatalf("a lone writer is paced at %v", got)
+	}
+	for range 50 {
+		d.Committed(10*time.Millisecond, 7) // 8 writers share the log
+	}
+	if got := d.Delay(); got < 65*time.Millisecond || got > 70*time.Millisecond {
+		t.Fatalf("8 writers, 10 ms round trips: delay %v, want about 70ms", got)
+	}
+	for range 50 {
+		d.Committed(time.Second, 100)
+	}
+	if got := d.Delay(); got != time.Second {
+		t.Fatalf("the floor is not clamped to Max: %v", got)
+	}
+	var _ txn.Pacer = d
+}

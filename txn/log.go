@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lakestream/lakestream/store"
@@ -255,9 +256,19 @@ func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error
 		return n, nil
 	}
 	n := 0
+	ahead := 1 // versions read at once: doubles while they keep existing
+	var pending []readResult
 	for {
 		checked := time.Now()
-		v, err := l.ReadVersion(ctx, st.Version+1)
+		if len(pending) == 0 {
+			pending = l.readAhead(ctx, st.Version+1, ahead)
+			ahead = min(ahead*2, maxReadAhead)
+		}
+		v, err := pending[0].v, pending[0].err
+		pending = pending[1:]
+		if err != nil {
+			pending = nil // a prefix is applied; what follows a gap is reread
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			if cut, err := l.chainCut(ctx, st, listHead); err != nil || cut {
 				if err != nil {
@@ -285,6 +296,37 @@ func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error
 		}
 		n++
 	}
+}
+
+// maxReadAhead bounds the versions a refresh reads in parallel. A producer
+// that lost a race is usually a few versions behind; reading them one round
+// trip at a time would let a busy writer stay ahead of it for good.
+const maxReadAhead = 16
+
+// readAhead reads versions from..from+n-1 in parallel. The results are in
+// order, cut after the first error (a missing version ends the log).
+func (l *Log) readAhead(ctx context.Context, from uint64, n int) []readResult {
+	out := make([]readResult, n)
+	if n == 1 {
+		out[0].v, out[0].err = l.ReadVersion(ctx, from)
+		return out
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() { out[i].v, out[i].err = l.ReadVersion(ctx, from+uint64(i)) })
+	}
+	wg.Wait()
+	for i, r := range out {
+		if r.err != nil {
+			return out[:i+1]
+		}
+	}
+	return out
+}
+
+type readResult struct {
+	v   *Version
+	err error
 }
 
 // chainCut reports whether "version v+1 is absent" may be a lie: gc

@@ -107,6 +107,8 @@ type Producer struct {
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the committer exits
+
+	lastVersion uint64 // the committer's previous own version (committer only)
 }
 
 // OpenProducer loads the stream's state, registers a new incarnation of
@@ -447,6 +449,7 @@ func (p *Producer) commitGroup(ctx context.Context, st *State, last *time.Time) 
 		v := p.build(st, group)
 		attempts++
 		*last = time.Now()
+		started := *last
 		out, err := p.log.tryCommit(ctx, st, v, p.logger)
 		if err != nil {
 			return err
@@ -468,6 +471,12 @@ func (p *Producer) commitGroup(ctx context.Context, st *State, last *time.Time) 
 		}
 		p.strategy.Success()
 		now := time.Now()
+		if pc, ok := p.strategy.(Pacer); ok {
+			if p.lastVersion > 0 {
+				pc.Committed(now.Sub(started), int(v.Version-p.lastVersion-1))
+			}
+		}
+		p.lastVersion = v.Version
 		p.log.maybeSnapshot(ctx, st, p.logger)
 		p.complete(st, group)
 		if p.observe != nil {
