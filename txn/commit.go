@@ -39,7 +39,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	// gc deletes versions older than LogRetention once a snapshot covers
 	// them: creating v+1 on a state that old could re-create a deleted
 	// version number. Refresh first (it reloads from the newest snapshot).
-	if st.seenHead.IsZero() || time.Since(st.seenHead) > LogRetention/2 {
+	if st.seenHead.IsZero() || l.now().Sub(st.seenHead) > LogRetention/2 {
 		n, err := l.refreshRetry(ctx, st, log)
 		if err != nil || n > 0 {
 			return lostRace, err
@@ -49,7 +49,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	key := VersionKey(v.Version)
 	bo := newBackoff()
 	for {
-		started := time.Now()
+		started := l.now()
 		err := store.CreateBytes(ctx, l.Store, key, body)
 		if err == nil {
 			st.seenHead = started

@@ -769,7 +769,9 @@ func TestGCLogConcurrentLoadStaleHint(t *testing.T) {
 		}
 		t.Logf("gc during the load deleted %d log objects", len(rep.LogDeleted))
 	}}
-	reader := &txn.Log{Store: hooked, Config: l.Config}
+	// The reader lives in the same (moved) time as gc: what gc finds older
+	// than LogRetention, the reader does too.
+	reader := &txn.Log{Store: hooked, Config: l.Config, Now: func() time.Time { return time.Now().Add(txn.LogRetention + time.Minute) }}
 	st, err := reader.Load(ctx)
 	if err != nil {
 		t.Logf("load during log gc: %v (an error is acceptable)", err)

@@ -26,6 +26,16 @@ var ErrStreamExists = errors.New("a stream already exists at this store URL")
 type Log struct {
 	Store  store.Store
 	Config StreamConfig
+	// Now is the clock that ages log state against LogRetention (nil:
+	// time.Now); tests move it to meet log gc.
+	Now func() time.Time
+}
+
+func (l *Log) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
 }
 
 // CreateOptions are the settings of a new stream.
@@ -102,9 +112,7 @@ func (l *Log) Load(ctx context.Context) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A snapshot named by a stale hint may be one that gc is deleting, with
-	// the versions after it: confirm the head with one listing.
-	if _, err := l.refresh(ctx, st, true); err != nil {
+	if _, err := l.Refresh(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -238,12 +246,7 @@ const LogRetention = time.Hour
 // version it stops there with an error naming the object; st then holds
 // the versions before it, nothing past it.
 func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
-	return l.refresh(ctx, st, false)
-}
-
-// refresh is Refresh; listHead forces the chain-cut check (Load).
-func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error) {
-	if !st.seenHead.IsZero() && time.Since(st.seenHead) > LogRetention/2 {
+	if !st.seenHead.IsZero() && l.now().Sub(st.seenHead) > LogRetention/2 {
 		fresh, err := l.Load(ctx)
 		if err != nil {
 			return 0, err
@@ -259,7 +262,7 @@ func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error
 	ahead := 1 // versions read at once: doubles while they keep existing
 	var pending []readResult
 	for {
-		checked := time.Now()
+		checked := l.now()
 		if len(pending) == 0 {
 			pending = l.readAhead(ctx, st.Version+1, ahead)
 			ahead = min(ahead*2, maxReadAhead)
@@ -270,7 +273,7 @@ func (l *Log) refresh(ctx context.Context, st *State, listHead bool) (int, error
 			pending = nil // a prefix is applied; what follows a gap is reread
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			if cut, err := l.chainCut(ctx, st, listHead); err != nil || cut {
+			if cut, err := l.chainCut(ctx, st); err != nil || cut {
 				if err != nil {
 					return n, err
 				}
@@ -333,11 +336,13 @@ type readResult struct {
 // deletes versions older than LogRetention once a newer snapshot covers
 // them, so a reader that started from an old snapshot (a stale hint) and
 // finds the next version gone may be looking at a cut chain. When st's
-// newest version is that old (or when force is set, as Load does), one
-// listing after it tells; it is done once per version, so an idle stream is
-// not listed on every poll.
-func (l *Log) chainCut(ctx context.Context, st *State, force bool) (bool, error) {
-	if st.Version == 0 || st.listedAt == st.Version || (!force && time.Since(st.Time) < LogRetention/2) {
+// newest version is that old, one listing after it tells. (A version gc
+// deleted was older than LogRetention, so the version before it, the
+// newest a reader could have applied, is older still.) It is done once per
+// version, so an idle stream is not listed on every poll, and a young
+// stream never: Load's cost does not grow with the log.
+func (l *Log) chainCut(ctx context.Context, st *State) (bool, error) {
+	if st.Version == 0 || st.listedAt == st.Version || l.now().Sub(st.Time) < LogRetention/2 {
 		return false, nil
 	}
 	objs, _, err := l.Store.List(ctx, LogPrefix, VersionKey(st.Version), 4)
@@ -370,7 +375,7 @@ func (l *Log) loadNewest(ctx context.Context) (*State, error) {
 		}
 	}
 	st.listedAt = st.Version // just listed
-	if _, err := l.refresh(ctx, st, false); err != nil {
+	if _, err := l.Refresh(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
