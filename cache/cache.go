@@ -675,23 +675,33 @@ func (c *Cache) getRange(ctx context.Context, p *txn.Pack, off, n int64) ([]byte
 	}
 }
 
-// verify copies block i's raw bytes into a reused buffer and checks the
-// copy (what is verified is what readers get) against its CRC32C. A
-// mismatch is counted and logged; the caller refetches once.
-func (c *Cache) verify(p *txn.Pack, i int, raw []byte) (*block, bool) {
+// check copies block i's raw bytes into a reused buffer and checks the
+// copy (what is verified is what readers get) against its CRC32C. On a
+// mismatch the buffer goes back and the failure is counted; got is the
+// CRC that was computed.
+func (c *Cache) check(p *txn.Pack, i int, raw []byte) (blk *block, got uint32) {
 	buf := c.getBuf(int64(len(raw)))
 	copy(buf, raw)
-	got := txn.CRC32C(buf)
+	got = txn.CRC32C(buf)
 	if got == p.Chunks[i] {
-		blk := &block{data: buf}
+		blk = &block{data: buf}
 		blk.refs.Store(1)
-		return blk, true
+		return blk, got
 	}
 	c.putBuf(buf)
 	c.verifyFailures.Add(1)
-	c.log.Warn("block failed CRC32C verification; refetching once",
-		"pack", p.Key, "block", i, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
-	return nil, false
+	return nil, got
+}
+
+// verify checks block i (see check); a mismatch is logged and the caller
+// refetches once.
+func (c *Cache) verify(p *txn.Pack, i int, raw []byte) (*block, bool) {
+	blk, got := c.check(p, i, raw)
+	if blk == nil {
+		c.log.Warn("block failed CRC32C verification; refetching once",
+			"pack", p.Key, "block", i, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+	}
+	return blk, blk != nil
 }
 
 // refetch GETs block i of p again after its bytes failed verification;
@@ -702,16 +712,10 @@ func (c *Cache) refetch(ctx context.Context, p *txn.Pack, i int) (*block, error)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err)
 	}
-	buf := c.getBuf(n)
-	copy(buf, raw)
-	got := txn.CRC32C(buf)
-	if got == p.Chunks[i] {
-		blk := &block{data: buf}
-		blk.refs.Store(1)
+	blk, got := c.check(p, i, raw)
+	if blk != nil {
 		return blk, nil
 	}
-	c.putBuf(buf)
-	c.verifyFailures.Add(1)
 	c.log.Error("block failed CRC32C verification twice; returning EIO",
 		"pack", p.Key, "block", i, "offset", off, "size", n, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
 	return nil, fmt.Errorf("%w: %s block %d (bytes %d-%d): CRC32C %08x, manifest says %08x",

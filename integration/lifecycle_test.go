@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,51 +79,21 @@ func lcReadStep(mnt string, step int64, batch string) (lcSums, error) {
 	return s, nil
 }
 
-// lcMount is mntMountInProcess with a stop function (also run at cleanup)
-// that unmounts and waits for mount.Run to return.
+// lcMount mounts in process (see mntRun) with this file's quiet logger,
+// a short poll and a --wait for steps just committed.
 func lcMount(t testing.TB, o mount.Options) (string, func()) {
 	t.Helper()
-	mntRequireFUSE(t)
-	if o.Mountpoint == "" {
-		o.Mountpoint = t.TempDir()
-	}
 	if o.Logger == nil {
 		o.Logger = lcLogger(t)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = 10 * time.Millisecond
 	}
-	if o.CacheSize == 0 {
-		o.CacheSize = 64 << 20
-	}
 	if o.Wait == 0 {
 		o.Wait = 30 * time.Second // a step the producer just committed may not be shown yet
 	}
-	ready := make(chan mount.Info, 1)
-	o.Ready = func(i mount.Info) { ready <- i }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mount.Run(ctx, o) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("mount.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("mount did not become ready in 30s")
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("mount.Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return o.Mountpoint, stop
+	mnt, _, stop := mntRun(t, o)
+	return mnt, stop
 }
 
 // lcLogger logs warnings and errors through t.Log: a thousand commits'

@@ -255,6 +255,20 @@ func (p *mntProducer) spec(batch string) (mntBatchSpec, bool) {
 // mntMountInProcess runs mount.Run on a fresh directory until the test ends.
 func mntMountInProcess(t testing.TB, o mount.Options) (string, mount.Info) {
 	t.Helper()
+	if o.PollInterval == 0 {
+		o.PollInterval = 20 * time.Millisecond
+	}
+	if o.NodeID == "" {
+		o.NodeID = "test-node"
+	}
+	mnt, info, _ := mntRun(t, o)
+	return mnt, info
+}
+
+// mntRun mounts in this process and returns a stop function (also run at
+// cleanup) that unmounts and waits for mount.Run to return.
+func mntRun(t testing.TB, o mount.Options) (string, mount.Info, func()) {
+	t.Helper()
 	mntRequireFUSE(t)
 	if o.Mountpoint == "" {
 		o.Mountpoint = t.TempDir()
@@ -262,29 +276,17 @@ func mntMountInProcess(t testing.TB, o mount.Options) (string, mount.Info) {
 	if o.Logger == nil {
 		o.Logger = mntTestLogger(t)
 	}
-	if o.PollInterval == 0 {
-		o.PollInterval = 20 * time.Millisecond
-	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
-	}
-	if o.NodeID == "" {
-		o.NodeID = "test-node"
 	}
 	ready := make(chan mount.Info, 1)
 	o.Ready = func(i mount.Info) { ready <- i }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mount.Run(ctx, o) }()
+	var info mount.Info
 	select {
-	case info := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("mount.Run: %v", err)
-			}
-		})
-		return o.Mountpoint, info
+	case info = <-ready:
 	case err := <-done:
 		cancel()
 		t.Fatalf("mount.Run: %v", err)
@@ -292,7 +294,17 @@ func mntMountInProcess(t testing.TB, o mount.Options) (string, mount.Info) {
 		cancel()
 		t.Fatal("mount did not become ready in 30s")
 	}
-	return "", mount.Info{}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("mount.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return o.Mountpoint, info, stop
 }
 
 // mntBuildMount builds the lakefs-mount command into a temp dir.
