@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"context"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -368,4 +369,18 @@ func encode(x any) []byte {
 		panic(fmt.Sprintf("txn: encoding %T: %v", x, err)) // only plain structs are encoded
 	}
 	return append(b, '\n')
+}
+
+// Pack returns the pack of rank r (r >= 0) or the shared step-level files
+// (r < 0; nil when the TGB has none) of a committed TGB. Callers go through
+// it rather than the TGB's fields: from format 2 on a rank's file list lives
+// outside the log and Pack fetches it.
+func (l *Log) Pack(ctx context.Context, t *TGB, r int) (*Pack, error) {
+	if r < 0 {
+		return t.Shared, nil
+	}
+	if r >= len(t.Ranks) {
+		return nil, fmt.Errorf("step %d has no rank %d", t.Step, r)
+	}
+	return t.Ranks[r], nil
 }
