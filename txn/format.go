@@ -162,10 +162,14 @@ type TGB struct {
 	Shared   *Pack     `json:"shared,omitempty"`
 }
 
-// Pack is one data object: files concatenated, with a CRC32C (Castagnoli)
-// of each file and of each ChunkSize-long chunk of the object.
+// Pack is one rank's (or the shared files') region of a data object: files
+// concatenated, with a CRC32C (Castagnoli) of each file and of each
+// ChunkSize-long chunk of the region. The region is [Off, Off+Size) of the
+// object Key; file offsets and chunks count from Off. In format 1 every pack
+// is a whole object (Off 0); from format 2 on, the ranks of a TGB share one.
 type Pack struct {
 	Key    string   `json:"key"`
+	Off    int64    `json:"obj_off,omitempty"`
 	Size   int64    `json:"size"`
 	Files  []File   `json:"files"`
 	Chunks []uint32 `json:"chunks"`
