@@ -473,10 +473,11 @@ func prdCheckCommitted(t testing.TB, s store.Store, st *txn.State, want map[stri
 	if t.Failed() {
 		return order
 	}
+	l := &txn.Log{Store: s, Config: st.Config}
 	g, ctx := errgroup.WithContext(t.Context())
 	g.SetLimit(8)
 	for _, tgb := range st.Steps {
-		g.Go(func() error { return prdCheckStep(ctx, s, tgb, want[prdKey(tgb.Producer, tgb.Batch)]) })
+		g.Go(func() error { return prdCheckStep(ctx, l, tgb, want[prdKey(tgb.Producer, tgb.Batch)]) })
 	}
 	if err := g.Wait(); err != nil {
 		t.Error(err)
@@ -486,7 +487,7 @@ func prdCheckCommitted(t testing.TB, s store.Store, st *txn.State, want map[stri
 
 // prdCheckStep reads a step's packs and compares every file with the
 // writer's record.
-func prdCheckStep(ctx context.Context, s store.Store, tgb *txn.TGB, rec prdRecord) error {
+func prdCheckStep(ctx context.Context, l *txn.Log, tgb *txn.TGB, rec prdRecord) error {
 	type fileKey struct {
 		rank int
 		name string
@@ -495,15 +496,19 @@ func prdCheckStep(ctx context.Context, s store.Store, tgb *txn.TGB, rec prdRecor
 	for _, f := range rec.Files {
 		left[fileKey{f.Rank, f.Name}] = f
 	}
-	packs := map[int]*txn.Pack{-1: tgb.Shared}
-	for r, p := range tgb.Ranks {
+	ranks, shared, err := l.Packs(ctx, tgb)
+	if err != nil {
+		return fmt.Errorf("step %d (%s/%s): %w", tgb.Step, tgb.Producer, tgb.Batch, err)
+	}
+	packs := map[int]*txn.Pack{-1: shared}
+	for r, p := range ranks {
 		packs[r] = p
 	}
 	for rank, p := range packs {
 		if p == nil {
 			continue
 		}
-		data, err := prdGetAll(ctx, s, p.Key)
+		data, err := l.Store.GetRange(ctx, p.Key, p.Off, p.Size)
 		if err != nil {
 			return fmt.Errorf("step %d (%s/%s): %w", tgb.Step, tgb.Producer, tgb.Batch, err)
 		}
