@@ -62,6 +62,8 @@ type Options struct {
 	// Wait is how long a lookup of a step that is not committed yet waits
 	// for it (0: fail at once).
 	Wait time.Duration
+	// Packs returns a step's rank packs and its shared one (nil: none).
+	Packs func(ctx context.Context, t *txn.TGB) ([]*txn.Pack, *txn.Pack, error)
 	// Touch, if set, is called when a file of a step is opened (the
 	// prefetch trigger).
 	Touch func(step int64)
@@ -87,6 +89,7 @@ type Root struct {
 	// Constant after New.
 	view    *View
 	reader  Reader
+	packs   func(context.Context, *txn.TGB) ([]*txn.Pack, *txn.Pack, error)
 	ranks   map[int]bool // nil: all
 	wait    time.Duration
 	touch   func(int64)
@@ -104,6 +107,7 @@ func New(o Options) *Root {
 	r := &Root{
 		view:    o.View,
 		reader:  o.Reader,
+		packs:   o.Packs,
 		wait:    o.Wait,
 		touch:   o.Touch,
 		servedf: o.Served,
@@ -310,6 +314,8 @@ func (h *headNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if writeFlags(flags) {
 		return nil, 0, syscall.EROFS
 	}
+	// Whoever reads head wants it fresh: poll the log now.
+	h.r.view.Want()
 	// Direct I/O: each read sees the current head, whatever size the
 	// kernel last saw.
 	return nil, fuse.FOPEN_DIRECT_IO, 0
@@ -359,11 +365,19 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		}
 	}
 	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name}
-	d.tree = sync.OnceValue(func() *tree { return stepTree(tgb, s.r.ranks) })
+	d.tree = sync.OnceValue(func() *tree {
+		ranks, shared, err := s.r.packs(context.WithoutCancel(ctx), tgb)
+		if err != nil {
+			s.r.log.Error("reading the step's index failed", "step", tgb.Step, "err", err)
+			return newTree()
+		}
+		return stepTree(ranks, shared, s.r.ranks)
+	})
 	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
 func (s *stepsNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	s.r.view.Want() // a listing wants new steps too
 	snap := s.r.view.Load()
 	list := make([]fuse.DirEntry, len(snap.Steps))
 	for i := range snap.Steps {
@@ -502,9 +516,9 @@ func newTree() *tree { return &tree{kids: map[string]*treeEntry{}} }
 
 // stepTree is a step directory: the shown ranks in numeric order, then the
 // step-level files in name order.
-func stepTree(t *txn.TGB, ranks map[int]bool) *tree {
+func stepTree(packs []*txn.Pack, shared *txn.Pack, ranks map[int]bool) *tree {
 	root := newTree()
-	for r, p := range t.Ranks {
+	for r, p := range packs {
 		if ranks != nil && !ranks[r] {
 			continue
 		}
@@ -512,8 +526,8 @@ func stepTree(t *txn.TGB, ranks map[int]bool) *tree {
 		root.names = append(root.names, name)
 		root.kids[name] = &treeEntry{dir: packTree(p)}
 	}
-	if t.Shared != nil {
-		shared := packTree(t.Shared)
+	if shared != nil {
+		shared := packTree(shared)
 		root.names = append(root.names, shared.names...)
 		for name, e := range shared.kids {
 			root.kids[name] = e

@@ -37,11 +37,11 @@ func TestStepTree(t *testing.T) {
 		}
 		return p
 	}
-	tgb := &txn.TGB{Ranks: make([]*txn.Pack, 12), Shared: pack("z.json", "a/b.txt")}
-	for r := range tgb.Ranks {
-		tgb.Ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
+	ranks, shared := make([]*txn.Pack, 12), pack("z.json", "a/b.txt")
+	for r := range ranks {
+		ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
 	}
-	root := stepTree(tgb, nil)
+	root := stepTree(ranks, shared, nil)
 	want := []string{"rank-0", "rank-1", "rank-2", "rank-3", "rank-4", "rank-5", "rank-6", "rank-7", "rank-8", "rank-9", "rank-10", "rank-11", "a", "z.json"}
 	if !slices.Equal(root.names, want) {
 		t.Errorf("step lists %v, want %v", root.names, want)
@@ -50,7 +50,7 @@ func TestStepTree(t *testing.T) {
 	if !slices.Equal(r3.names, []string{"a.bin", "b.bin", "x"}) || !slices.Equal(r3.kids["x"].dir.names, []string{"10.bin", "2.bin"}) {
 		t.Errorf("rank-3 lists %v, x lists %v", r3.names, r3.kids["x"].dir.names)
 	}
-	filtered := stepTree(tgb, map[int]bool{3: true, 10: true})
+	filtered := stepTree(ranks, shared, map[int]bool{3: true, 10: true})
 	if !slices.Equal(filtered.names, []string{"rank-3", "rank-10", "a", "z.json"}) {
 		t.Errorf("with ranks 3,10 the step lists %v", filtered.names)
 	}

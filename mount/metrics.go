@@ -68,6 +68,8 @@ func (x *metrics) register(m *mounted) {
 			func() float64 { return float64(m.view.Load().Version) }),
 		gauge("lakefs_mount_highest_step_read", "Highest step read through the mount (-1 before the first read).",
 			func() float64 { return float64(m.highest.Load()) }),
+		counter("lakefs_mount_log_polls_total", "Refreshes of the manifest log (each one GET or more).",
+			func() float64 { return float64(m.polls.Load()) }),
 	)
 }
 

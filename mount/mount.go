@@ -67,8 +67,12 @@ type Options struct {
 	// Wait is how long a lookup of a step not yet committed blocks.
 	Wait time.Duration
 	// PollInterval is how often the manifest log is checked for new
-	// versions.
-	PollInterval time.Duration
+	// versions while someone needs them: a lookup waits for a step not
+	// committed yet, or a reader has just read within a few steps of the
+	// head. IdlePollInterval applies otherwise, so that thousands of idle
+	// or lagging nodes cost the store little.
+	PollInterval     time.Duration
+	IdlePollInterval time.Duration
 	// NodeID names this node's heartbeat, _consumers/<node-id>.json.
 	NodeID            string
 	HeartbeatInterval time.Duration
@@ -100,9 +104,14 @@ type Info struct {
 
 // Defaults.
 const (
-	DefaultCacheSize         = 2 << 30
-	DefaultPrefetchSteps     = 2
-	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultCacheSize        = 2 << 30
+	DefaultPrefetchSteps    = 2
+	DefaultPollInterval     = 250 * time.Millisecond
+	DefaultIdlePollInterval = 10 * time.Second
+	// nearRecent: a read of a step within nearSteps of the head keeps
+	// polling fast for this long.
+	nearRecent               = 10 * time.Second
+	nearSteps                = 3
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultReadAhead         = 4 << 20
 )
@@ -136,6 +145,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.PollInterval < time.Millisecond {
 		return Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
+	}
+	if o.IdlePollInterval == 0 {
+		o.IdlePollInterval = max(DefaultIdlePollInterval, o.PollInterval)
+	}
+	if o.IdlePollInterval < o.PollInterval {
+		return Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
@@ -237,6 +252,7 @@ func Run(ctx context.Context, o Options) error {
 	m.root = fs.New(fs.Options{
 		View:      m.view,
 		Reader:    c,
+		Packs:     l.Packs,
 		Ranks:     o.Ranks,
 		Wait:      o.Wait,
 		Touch:     m.prefetch.Touch,
@@ -356,7 +372,9 @@ type mounted struct {
 
 	state *txn.State // owned by the tailer goroutine
 
-	highest atomic.Int64 // highest step read, -1 before the first read
+	highest  atomic.Int64 // highest step read, -1 before the first read
+	lastRead atomic.Int64 // unix nanoseconds of the latest read
+	polls    atomic.Int64 // refreshes of the manifest log
 }
 
 // packs returns the packs this node reads of step n: its ranks', and the
@@ -366,20 +384,26 @@ func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
 	if !ok {
 		return nil, false
 	}
+	ranks, shared, err := m.txlog.Packs(context.TODO(), t)
+	if err != nil {
+		m.log.Error("reading the step's index failed", "step", n, "err", err)
+		return nil, false
+	}
 	var ps []*txn.Pack
-	for r, p := range t.Ranks {
+	for r, p := range ranks {
 		if m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r) {
 			ps = append(ps, p)
 		}
 	}
-	if t.Shared != nil {
-		ps = append(ps, t.Shared)
+	if shared != nil {
+		ps = append(ps, shared)
 	}
 	return ps, true
 }
 
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
+	m.lastRead.Store(time.Now().UnixNano())
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
@@ -388,17 +412,31 @@ func (m *mounted) served(n int64, _ int) {
 	}
 }
 
-// tail refreshes the state every poll interval and publishes each change.
+// tail refreshes the state and publishes each change. It polls every
+// PollInterval while there is demand (pollInterval), at once (at most once
+// per PollInterval) when a lookup asks for a step past the head, and every
+// IdlePollInterval otherwise.
 func (m *mounted) tail(ctx context.Context) {
-	t := time.NewTicker(m.opts.PollInterval)
-	defer t.Stop()
+	timer := time.NewTimer(m.pollInterval())
+	defer timer.Stop()
+	var last time.Time
 	lastErr := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-timer.C:
+		case <-m.view.Wanted():
+			if early := m.opts.PollInterval - time.Since(last); early > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(early):
+				}
+			}
 		}
+		last = time.Now()
+		m.polls.Add(1)
 		n, err := m.txlog.Refresh(ctx, m.state)
 		if n > 0 {
 			m.publish()
@@ -417,7 +455,22 @@ func (m *mounted) tail(ctx context.Context) {
 			m.log.Info("manifest refresh works again", "version", m.state.Version)
 			lastErr = ""
 		}
+		timer.Reset(m.pollInterval())
 	}
+}
+
+// pollInterval is PollInterval while there is demand for new steps: a
+// lookup is waiting for one, or a reader read within nearSteps of the head
+// in the last nearRecent; IdlePollInterval otherwise.
+func (m *mounted) pollInterval() time.Duration {
+	if m.view.Waiting() {
+		return m.opts.PollInterval
+	}
+	next := m.view.Load().Next()
+	if m.highest.Load() >= next-nearSteps && time.Since(time.Unix(0, m.lastRead.Load())) < nearRecent {
+		return m.opts.PollInterval
+	}
+	return m.opts.IdlePollInterval
 }
 
 func (m *mounted) publish() {
