@@ -142,12 +142,16 @@ type Cache struct {
 	hits, misses, gets, fetched, served, verifyFailures, prefetchBytes atomic.Int64
 }
 
+// blockKey names block i of the pack (a region of an object) at off.
 type blockKey struct {
 	pack string
+	off  int64
 	i    int
 }
 
-func (k blockKey) String() string { return k.pack + "#" + strconv.Itoa(k.i) }
+func (k blockKey) String() string {
+	return k.pack + "@" + strconv.FormatInt(k.off, 10) + "#" + strconv.Itoa(k.i)
+}
 
 // block is a verified block in a reusable buffer.
 type block struct {
@@ -404,7 +408,7 @@ func (c *Cache) ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) 
 		m := copy(dst[n:], b.data[lo:hi])
 		n += m
 		c.release(b)
-		c.markServed(blockKey{p.Key, i}, int64(m))
+		c.markServed(blockKey{p.Key, p.Off, i}, int64(m))
 	}
 	c.served.Add(int64(n))
 	return n, nil
@@ -416,7 +420,7 @@ func (c *Cache) block(ctx context.Context, p *txn.Pack, i int) (*block, error) {
 	if i < 0 || i >= len(p.Chunks) {
 		return nil, fmt.Errorf("pack %s has no block %d", p.Key, i)
 	}
-	k := blockKey{p.Key, i}
+	k := blockKey{p.Key, p.Off, i}
 	for {
 		if b, ok := c.lruGet(k); ok {
 			c.hits.Add(1)
@@ -470,7 +474,7 @@ func (c *Cache) startLocked(p *txn.Pack, first, n int, prefetch bool, slot bool)
 	run := &fetchRun{cancel: cancel, live: n}
 	es := make([]*entry, n)
 	for k := range es {
-		key := blockKey{p.Key, first + k}
+		key := blockKey{p.Key, p.Off, first + k}
 		e := &entry{key: key, done: make(chan struct{}), refs: 1, run: run, prefetch: prefetch}
 		if prefetch {
 			e.weight = c.blockLen(p, first+k)
@@ -647,7 +651,7 @@ func (c *Cache) getRange(ctx context.Context, p *txn.Pack, off, n int64) ([]byte
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		b, err := c.store.GetRange(ctx, p.Key, off, n)
+		b, err := c.store.GetRange(ctx, p.Key, p.Off+off, n)
 		c.gets.Add(1)
 		if c.observeGet != nil {
 			c.observeGet(time.Since(start))

@@ -236,11 +236,11 @@ func (c *Cache) lruHas(k blockKey) bool {
 func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 	for i := first; i < first+n; {
 		c.mu.Lock()
-		for i < first+n && !c.absentLocked(blockKey{pk.Key, i}) {
+		for i < first+n && !c.absentLocked(blockKey{pk.Key, pk.Off, i}) {
 			i++
 		}
 		end := i
-		for end < first+n && c.absentLocked(blockKey{pk.Key, end}) {
+		for end < first+n && c.absentLocked(blockKey{pk.Key, pk.Off, end}) {
 			end++
 		}
 		c.mu.Unlock()
@@ -263,7 +263,7 @@ func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 		// A reader may have started some of these meanwhile: fetch the
 		// absent prefix, give back the rest.
 		run := i
-		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, run}) {
+		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, pk.Off, run}) {
 			run++
 		}
 		var unused int64

@@ -30,7 +30,9 @@ import (
 const (
 	lcRanks    = 2
 	lcFileSize = 4 << 10 // one file per rank per step
-	lcTGBSize  = lcRanks * lcFileSize
+	// lcTGBSize bounds one TGB's object: its files plus the index (a
+	// section per rank with one file, and the table: well under 1 KiB).
+	lcTGBSize = lcRanks*lcFileSize + 1024
 )
 
 // lcName is the batch name of the i-th TGB a test produces.
