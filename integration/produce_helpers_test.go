@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -539,15 +538,6 @@ func prdCheckStep(ctx context.Context, l *txn.Log, tgb *txn.TGB, rec prdRecord) 
 		return fmt.Errorf("step %d (%s/%s): files the writer wrote are missing: %s", tgb.Step, tgb.Producer, tgb.Batch, strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-func prdGetAll(ctx context.Context, s store.Store, key string) ([]byte, error) {
-	rc, err := s.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(rc)
 }
 
 // prdTreeSum is a directory tree's content: relative path -> mode, size

@@ -414,7 +414,7 @@ func TestCorruptRecords(t *testing.T) {
 	}
 }
 
-func tgb(v map[string]any) map[string]any { return v["tgbs"].([]any)[0].(map[string]any) }
+func tgb(v map[string]any) map[string]any    { return v["tgbs"].([]any)[0].(map[string]any) }
 func object(v map[string]any) map[string]any { return tgb(v)["object"].(map[string]any) }
 
 // TestSnapshotsAndHint: snapshots bound what Load reads, and a stale,
