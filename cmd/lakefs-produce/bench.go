@@ -20,6 +20,7 @@ func benchCommand() *cli.Command {
 		Usage: "benchmarks",
 		Subcommands: []*cli.Command{
 			benchIngestCommand(),
+			benchScaleCommand(),
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   "ingest-worker",
