@@ -404,6 +404,9 @@ func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
 	m.lastRead.Store(time.Now().UnixNano())
+	if n >= m.view.Load().Next()-nearSteps {
+		m.view.Want() // a reader near the head: it will want the next step soon
+	}
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
