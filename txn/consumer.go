@@ -44,9 +44,9 @@ func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
 		if !strings.HasSuffix(o.Key, ".json") {
 			return nil
 		}
-		b, err := store.ReadAll(ctx, s, o.Key)
+		b, err := readBounded(ctx, s, o.Key, maxHeartbeatBytes)
 		if err != nil {
-			return nil // deleted meanwhile
+			return nil // deleted meanwhile, or not a heartbeat
 		}
 		var h Heartbeat
 		if json.Unmarshal(b, &h) == nil && h.NodeID != "" {

@@ -435,6 +435,36 @@ func getRange(ctx context.Context, s store.Store, key string, off, n int64) ([]b
 	return b, nil
 }
 
+// Bounds on what a reader reads of each kind of object, so that a hostile
+// or damaged store cannot make it allocate without limit. Each is far above
+// what a writer makes: a version holds at most DefaultMaxGroup TGBs of a
+// few hundred bytes, a snapshot a live window of 100,000 steps is ~30 MB.
+const (
+	maxConfigBytes    = 64 << 10
+	maxHintBytes      = 64
+	maxHeartbeatBytes = 64 << 10
+	maxRecordBytes    = 64 << 20
+	maxSnapshotBytes  = 256 << 20
+)
+
+// readBounded reads a whole object of at most limit bytes; a larger one is
+// ErrCorrupt, found without reading more than limit+1 bytes of it.
+func readBounded(ctx context.Context, s store.Store, key string, limit int64) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is over %d bytes, more than any writer makes", ErrCorrupt, key, limit)
+	}
+	return b, nil
+}
+
 // strictDecode parses exactly one JSON value followed by a newline.
 func strictDecode(b []byte, x any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -463,6 +464,141 @@ func FuzzIndex(f *testing.F) {
 			}
 			if off != p.Size || int64(len(p.Chunks)) != (p.Size+4095)/4096 {
 				t.Fatalf("accepted region of %d bytes with files ending at %d and %d chunks", p.Size, off, len(p.Chunks))
+			}
+		}
+	})
+}
+
+// hugeStore serves a 1 GiB object (of zeros, never allocated) under one key.
+type hugeStore struct {
+	store.Store
+	key string
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func (h *hugeStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if key == h.key {
+		return io.NopCloser(io.LimitReader(zeros{}, 1<<30)), nil
+	}
+	return h.Store.Get(ctx, key)
+}
+
+// TestHugeObjectsRefused: a 1 GiB version record, snapshot or stream
+// config is refused as ErrCorrupt, naming it, after reading no more than
+// its kind's bound (the test would need a GiB per object otherwise).
+func TestHugeObjectsRefused(t *testing.T) {
+	ctx := t.Context()
+	mem := store.NewMem()
+	l, err := Create(ctx, mem, CreateOptions{Ranks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitOne(t, l, Batch{Ranks: [][]FileSource{{BytesFile("x", []byte("x"))}}})
+	for _, key := range []string{VersionKey(2), SnapshotKey(2), StreamKey, VersionKey(3)} {
+		hs := &hugeStore{Store: mem, key: key}
+		if key == SnapshotKey(2) {
+			if err := store.PutBytes(ctx, mem, HintKey, []byte("2\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if key == StreamKey {
+			_, err = Open(ctx, hs)
+		} else {
+			_, err = (&Log{Store: hs, Config: l.Config}).Load(ctx)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "more than any writer makes") {
+			t.Fatalf("%s of 1 GiB: error %v, want ErrCorrupt naming it", key, err)
+		}
+	}
+}
+
+// FuzzStreamConfig: whatever _stream.json holds, Open does not panic, and
+// what it accepts is a config a stream can run with.
+func FuzzStreamConfig(f *testing.F) {
+	f.Add([]byte(`{"format":2,"stream_id":"b852877a8499f6b1","ranks":2,"first_step":0,"chunk_size":4096,"created_at":"2026-12-03T07:10:35Z","snapshot_every":5,"retain_checkpoints":1}`))
+	f.Add([]byte(`{"format":2,"ranks":70000,"chunk_size":1,"snapshot_every":0}`))
+	f.Add([]byte(`{"format":1}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := store.NewMem()
+		if err := store.PutBytes(context.Background(), s, StreamKey, data); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(context.Background(), s)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		c := l.Config
+		if c.Format != FormatVersion || c.Ranks < 1 || c.Ranks > MaxRanks || c.FirstStep < 0 || c.ChunkSize < 4096 || c.SnapshotEvery < 1 || c.RetainCheckpoints < 1 {
+			t.Fatalf("accepted config %+v", c)
+		}
+	})
+}
+
+// FuzzSnapshot: whatever the hinted snapshot holds, Load does not panic,
+// refuses it as ErrCorrupt, or yields a state with contiguous steps whose
+// objects are their TGBs' own.
+func FuzzSnapshot(f *testing.F) {
+	ctx := context.Background()
+	mem := store.NewMem()
+	l, err := Create(ctx, mem, CreateOptions{Ranks: 2, SnapshotEvery: 3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := OpenProducer(ctx, l, ProducerOptions{ID: "p", Logger: discardLogger()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for range 2 {
+		pd, err := p.Append(ctx, Batch{Ranks: [][]FileSource{{BytesFile("a", []byte("a"))}, {BytesFile("b/c", []byte("bc"))}}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		if _, err := pd.Wait(ctx); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		f.Fatal(err)
+	}
+	snap, err := store.ReadAll(ctx, mem, SnapshotKey(3))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(snap)
+	f.Add([]byte(`{"format":2,"version":3,"live_from":-5,"steps":[null]}`))
+	f.Add([]byte(`{"format":2,"version":3,"config":{"ranks":2},"steps":[{"step":0,"producer":"x"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := store.NewMem()
+		for _, k := range []string{StreamKey, HintKey} {
+			b, _ := store.ReadAll(ctx, mem, k)
+			if err := store.PutBytes(ctx, s, k, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := store.PutBytes(ctx, s, SnapshotKey(3), data); err != nil {
+			t.Fatal(err)
+		}
+		st, err := (&Log{Store: s, Config: l.Config}).Load(ctx)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		for i, tg := range st.Steps {
+			if tg == nil || tg.Step != st.LiveFrom+int64(i) || tg.validateObject(&l.Config) != nil || st.Producers[tg.Producer] == nil {
+				t.Fatalf("accepted step at %d: %+v", i, tg)
 			}
 		}
 	})
