@@ -22,7 +22,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,8 +56,15 @@ func Usagef(format string, args ...any) error {
 type Options struct {
 	Store      string // store URL
 	Mountpoint string
-	// Ranks shown and prefetched; nil means all of the stream's ranks.
+	// Ranks shown; nil means all of the stream's ranks (of the view, with
+	// ViewRanks). Whatever is shown, only what readers open is fetched.
 	Ranks []int
+	// ViewRanks, if > 0, shows the stream as ViewRanks ranks (it must
+	// divide the stream's R): rank-r holds original ranks
+	// r*(R/ViewRanks)..(r+1)*(R/ViewRanks)-1 as rank-<original>/
+	// subdirectories, so a job restarted on fewer GPUs reads the same
+	// global batches.
+	ViewRanks int
 	// CacheSize is the memory budget of the block cache in bytes.
 	CacheSize int64
 	// PrefetchSteps is P: opening a file of step n prefetches steps
@@ -214,9 +220,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("opening the stream at %s: %w", redact(o.Store), err)
 	}
+	shown := l.Config.Ranks
+	if o.ViewRanks != 0 {
+		if o.ViewRanks < 0 || o.ViewRanks > l.Config.Ranks || l.Config.Ranks%o.ViewRanks != 0 {
+			return Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
+		}
+		shown = o.ViewRanks
+	}
 	for _, r := range o.Ranks {
-		if r < 0 || r >= l.Config.Ranks {
-			return Usagef("--ranks names rank %d, but the stream has ranks 0-%d", r, l.Config.Ranks-1)
+		if r < 0 || r >= shown {
+			return Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
 	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
@@ -228,7 +241,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("loading the stream state: %w", err)
 	}
 
-	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state}
+	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state, packs: newPackLoader(l)}
 	m.highest.Store(-1)
 	m.metrics = newMetrics()
 	c, err := cache.New(cache.Options{
@@ -248,17 +261,24 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{Depth: o.PrefetchSteps, Packs: m.packs, Logger: log})
-	m.root = fs.New(fs.Options{
-		View:      m.view,
-		Reader:    c,
-		Packs:     l.Packs,
-		Ranks:     o.Ranks,
-		Wait:      o.Wait,
-		Touch:     m.prefetch.Touch,
-		Served:    m.served,
-		BlockSize: uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
+		Depth:     o.PrefetchSteps,
+		Committed: m.committed,
+		Pack:      m.pack,
 		Logger:    log,
+	})
+	m.root = fs.New(fs.Options{
+		View:        m.view,
+		Reader:      c,
+		Packs:       m.packs,
+		StreamRanks: l.Config.Ranks,
+		ViewRanks:   o.ViewRanks,
+		Ranks:       o.Ranks,
+		Wait:        o.Wait,
+		Touch:       m.prefetch.Touch,
+		Served:      m.served,
+		BlockSize:   uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+		Logger:      log,
 	})
 	m.metrics.register(m)
 
@@ -368,6 +388,7 @@ type mounted struct {
 	view     *fs.View
 	root     *fs.Root
 	metrics  *metrics
+	packs    *packLoader
 	dev      uint64
 
 	state *txn.State // owned by the tailer goroutine
@@ -377,28 +398,20 @@ type mounted struct {
 	polls    atomic.Int64 // refreshes of the manifest log
 }
 
-// packs returns the packs this node reads of step n: its ranks', and the
-// step-level files.
-func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
+// committed reports whether step n is live in the view.
+func (m *mounted) committed(n int64) bool {
+	_, ok := m.view.Load().Step(n)
+	return ok
+}
+
+// pack is rank r's pack of step n (r < 0: the shared files), through the
+// loader the view uses, so each is fetched once.
+func (m *mounted) pack(ctx context.Context, n int64, r int) (*txn.Pack, error) {
 	t, ok := m.view.Load().Step(n)
 	if !ok {
-		return nil, false
+		return nil, fmt.Errorf("step %d is not live", n)
 	}
-	ranks, shared, err := m.txlog.Packs(context.TODO(), t)
-	if err != nil {
-		m.log.Error("reading the step's index failed", "step", n, "err", err)
-		return nil, false
-	}
-	var ps []*txn.Pack
-	for r, p := range ranks {
-		if m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r) {
-			ps = append(ps, p)
-		}
-	}
-	if shared != nil {
-		ps = append(ps, shared)
-	}
-	return ps, true
+	return m.packs.Pack(ctx, t, r)
 }
 
 // served records a read of step n.
@@ -479,6 +492,7 @@ func (m *mounted) pollInterval() time.Duration {
 func (m *mounted) publish() {
 	s := fs.NewSnapshot(m.state)
 	m.root.Publish(s)
+	m.packs.forgetBelow(s.LiveFrom)
 	m.prefetch.Kick()
 }
 

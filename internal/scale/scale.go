@@ -364,7 +364,6 @@ func subURL(base, run string) (string, error) {
 type mountProc struct {
 	cmd     *exec.Cmd
 	dir     string
-	metrics string
 	stderr  *strings.Builder
 }
 
