@@ -362,9 +362,9 @@ func subURL(base, run string) (string, error) {
 
 // mountProc is one lakefs-mount child process.
 type mountProc struct {
-	cmd     *exec.Cmd
-	dir     string
-	stderr  *strings.Builder
+	cmd    *exec.Cmd
+	dir    string
+	stderr *strings.Builder
 }
 
 func startMount(ctx context.Context, o Options, storeURL, node string, extra ...string) (*mountProc, error) {
