@@ -241,7 +241,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("loading the stream state: %w", err)
 	}
 
-	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state, packs: newPackLoader(l)}
+	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state}
 	m.highest.Store(-1)
 	m.metrics = newMetrics()
 	c, err := cache.New(cache.Options{
@@ -261,6 +261,7 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
+	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
 		Depth:     o.PrefetchSteps,
 		Committed: m.committed,

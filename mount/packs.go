@@ -18,13 +18,26 @@ import (
 // Lock order: mu only; no I/O under it.
 type packLoader struct {
 	log *txn.Log
+	// step returns a live step's TGB (read-ahead only looks at those).
+	step  func(n int64) (*txn.TGB, bool)
+	ahead chan struct{} // semaphore of read-ahead loads
 
-	mu    sync.Mutex
-	steps map[int64]*stepPacks // GUARDED_BY(mu)
+	mu      sync.Mutex
+	steps   map[int64]*stepPacks // GUARDED_BY(mu)
+	walking map[int]bool         // GUARDED_BY(mu): ranks being read ahead
 	// recent indexes (tables), so the ranks of one step read together
 	// share one fetch of its table; a few steps' worth, no more.
 	indexes []*stepPacks // GUARDED_BY(mu): stepPacks whose ix is set, oldest first
 }
+
+// Metadata read-ahead: loading rank r of step n (for a reader) also loads
+// rank r of steps n+1..n+metaAhead in the background, at most metaLoads at
+// a time, so that listing a rank step after step (find, a dataloader's
+// directory scan) costs one round trip for many steps, not two per step.
+const (
+	metaAhead = 16
+	metaLoads = 8
+)
 
 // stepPacks is what the loader holds of one step.
 type stepPacks struct {
@@ -41,11 +54,13 @@ type loading struct {
 	err  error
 }
 
-// recentIndexes bounds the tables kept: 8 steps x (1,024 ranks x ~50 B).
-const recentIndexes = 8
+// recentIndexes bounds the tables kept: the read-ahead window and then
+// some, x (1,024 ranks x ~60 B).
+const recentIndexes = 2 * metaAhead
 
-func newPackLoader(l *txn.Log) *packLoader {
-	return &packLoader{log: l, steps: map[int64]*stepPacks{}}
+func newPackLoader(l *txn.Log, step func(int64) (*txn.TGB, bool)) *packLoader {
+	return &packLoader{log: l, step: step, ahead: make(chan struct{}, metaLoads),
+		steps: map[int64]*stepPacks{}, walking: map[int]bool{}}
 }
 
 // Pack returns rank r's pack of t (r < 0: the shared files; nil, nil when
@@ -66,6 +81,7 @@ func (pl *packLoader) Pack(ctx context.Context, t *txn.TGB, r int) (*txn.Pack, e
 	if !found {
 		// The fetch outlives a caller that gives up: others may wait on it.
 		go pl.load(context.WithoutCancel(ctx), sp, r, ld)
+		pl.readAhead(context.WithoutCancel(ctx), t.Step, r)
 	}
 	select {
 	case <-ld.done:
@@ -94,6 +110,53 @@ func (pl *packLoader) load(ctx context.Context, sp *stepPacks, r int, ld *loadin
 		pl.mu.Unlock()
 	}
 	close(ld.done)
+}
+
+// readAhead loads rank r of the live steps after n that are not loaded or
+// loading, in the background, at most metaLoads at a time across the
+// node; one walker per rank at a time.
+func (pl *packLoader) readAhead(ctx context.Context, n int64, r int) {
+	pl.mu.Lock()
+	if pl.walking[r] {
+		pl.mu.Unlock()
+		return
+	}
+	pl.walking[r] = true
+	pl.mu.Unlock()
+	go func() {
+		defer func() {
+			pl.mu.Lock()
+			delete(pl.walking, r)
+			pl.mu.Unlock()
+		}()
+		for s := n + 1; s <= n+metaAhead; s++ {
+			t, ok := pl.step(s)
+			if !ok {
+				return
+			}
+			pl.mu.Lock()
+			sp := pl.steps[s]
+			if sp == nil || sp.tgb != t {
+				sp = &stepPacks{tgb: t, ranks: map[int]*loading{}}
+				pl.steps[s] = sp
+			}
+			_, found := sp.ranks[r]
+			var ld *loading
+			if !found {
+				ld = &loading{done: make(chan struct{})}
+				sp.ranks[r] = ld
+			}
+			pl.mu.Unlock()
+			if found {
+				continue
+			}
+			pl.ahead <- struct{}{}
+			go func() {
+				defer func() { <-pl.ahead }()
+				pl.load(ctx, sp, r, ld)
+			}()
+		}
+	}()
 }
 
 // index returns the step's table, fetched once for the ranks asked for
