@@ -423,6 +423,7 @@ func (m *mounted) served(n int64, _ int) {
 	if n >= m.view.Load().Next()-nearSteps {
 		m.view.Want() // a reader near the head: it will want the next step soon
 	}
+
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
