@@ -2,6 +2,7 @@ package mount
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,5 +77,11 @@ func (x *metrics) register(m *mounted) {
 func (x *metrics) server() *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}))
+	// Profiles of a running mount (the operator chose to expose the
+	// address): what the read path spends its CPU on under real load.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
