@@ -416,7 +416,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, d.r.toErrno("lookup", d.path+"/"+name, err)
 	}
-	e := t.kids[name]
+	e := t.lookup(name)
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
@@ -448,10 +448,11 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.r.toErrno("readdir", d.path, err)
 	}
-	list := make([]fuse.DirEntry, len(t.names))
-	for i, name := range t.names {
+	names, isDir := t.list()
+	list := make([]fuse.DirEntry, len(names))
+	for i, name := range names {
 		mode := uint32(syscall.S_IFREG)
-		if t.kids[name].isDir() {
+		if isDir(name) {
 			mode = syscall.S_IFDIR
 		}
 		list[i] = fuse.DirEntry{Name: name, Mode: mode}

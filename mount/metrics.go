@@ -74,14 +74,14 @@ func (x *metrics) register(m *mounted) {
 	)
 }
 
-func (x *metrics) server() *http.Server {
+// server serves /metrics and, when profiling, Go's /debug/pprof/ handlers.
+func (x *metrics) server(profiling bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}))
-	// Profiles of a running mount (the operator chose to expose the
-	// address): what the read path spends its CPU on under real load.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
