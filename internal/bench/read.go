@@ -443,11 +443,24 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freePort()
-	if err != nil {
-		return nil, err
+	// The counters come from the mount's metrics: on the address the
+	// caller gave (e.g. to profile with --pprof), else on a free port.
+	var addr string
+	for i, a := range o.MountArgs {
+		if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			addr = v
+		} else if a == "--metrics-addr" && i+1 < len(o.MountArgs) {
+			addr = o.MountArgs[i+1]
+		}
 	}
-	args := append([]string{"--store", url, "--node-id", "bench-read", "--metrics-addr", addr}, o.MountArgs...)
+	args := []string{"--store", url, "--node-id", "bench-read"}
+	if addr == "" {
+		if addr, err = freePort(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--metrics-addr", addr)
+	}
+	args = append(args, o.MountArgs...)
 	cmd := exec.CommandContext(ctx, o.MountBin, append(args, dir)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
