@@ -17,9 +17,9 @@
 //     is cancelled only when every waiter (readers and the prefetch job)
 //     has gone.
 //   - Memory: a block lives in one of three places, each bounded, and
-//     their bounds sum to Options.Size:
-//     1. the ristretto cache (cost = bytes, 3/8 of Size), for blocks
-//     already read;
+//     their bounds sum to 11/16 of Options.Size:
+//     1. the ristretto cache (cost = bytes, 1/16 of Size), for blocks
+//     already read (the kernel's page cache holds them too, see New);
 //     2. staged prefetched blocks, held until read or until their prefetch
 //     job is dropped, bounded by the prefetch semaphore (Size/2);
 //     3. staged partly read blocks (a block shared by two files is read
@@ -298,7 +298,13 @@ func New(o Options) (*Cache, error) {
 	}
 	prefetchCap := o.Size / 2
 	demandCap := o.Size / 8
-	lruCap := o.Size - prefetchCap - demandCap
+	// Blocks already read are also in the kernel's page cache (files are
+	// opened with FOPEN_KEEP_CACHE): this copy only serves re-reads after
+	// the kernel dropped them. A large one costs more than it saves: every
+	// block buffer it holds is fresh memory, and first touches of memory
+	// are the dominant cost of a streaming read (bench read: 2x the MB/s
+	// and 0.45x the CPU with the buffers recycled).
+	lruCap := o.Size / 16
 	items := max(lruCap/o.ChunkSize, 64)
 	c := &Cache{}
 	lru, err := ristretto.NewCache(&ristretto.Config[string, *lruRef]{
