@@ -48,12 +48,14 @@ func TestReadFile(t *testing.T) {
 		t.Fatalf("%d rows, want 4 (direct and mount for 1 and 2 readers):\n%s", len(rows), out.String())
 	}
 	for _, r := range rows {
+		// The kernel may ask for a range twice (served counts what the
+		// mount returned to it), never less than the readers read.
 		want := int64(r.Readers) * int64(o.Steps) * o.Size
-		if r.Files != r.Readers*o.Steps || r.ServedBytes != want || r.MBPerS <= 0 || r.P95Ms < r.P50Ms {
-			t.Errorf("%+v: want %d files, %d bytes served", r, r.Readers*o.Steps, want)
+		if r.Files != r.Readers*o.Steps || r.ServedBytes < want || r.MBPerS <= 0 || r.P95Ms < r.P50Ms {
+			t.Errorf("%+v: want %d files, >= %d bytes served", r, r.Readers*o.Steps, want)
 		}
-		if r.FetchedBytes < r.ServedBytes || float64(r.FetchedBytes) > 1.05*float64(r.ServedBytes) {
-			t.Errorf("%+v: fetched %d bytes for %d served", r, r.FetchedBytes, r.ServedBytes)
+		if float64(r.FetchedBytes) > 1.05*float64(want) {
+			t.Errorf("%+v: fetched %d bytes for %d read", r, r.FetchedBytes, want)
 		}
 		if r.System == "mount" && r.RSSMiB <= 0 {
 			t.Errorf("%+v: no RSS of the mount", r)
