@@ -510,3 +510,49 @@ func TestPrefetchRunBrokenStream(t *testing.T) {
 		t.Errorf("%d GETs, %d bytes fetched; want 7 and %d", g, f, 8*testChunk+100)
 	}
 }
+
+// TestPrefetchRanksAtTheirOwnPace: two ranks read in order, one far
+// ahead of the other (more than 2P+2 steps); every block of both is
+// fetched once: the slow rank's opens neither move the position back nor
+// drop the fast rank's prefetched steps.
+func TestPrefetchRanksAtTheirOwnPace(t *testing.T) {
+	const n, depth = 20, 2
+	s := newCounting()
+	c := newTestCache(t, s, 512*testChunk)
+	st := makeSteps(t, s, n, 2*testChunk) // rank 0
+	st.extra = map[int64]map[int]*txn.Pack{}
+	data1 := map[int64][]byte{}
+	for i := range int64(n) {
+		pk, b := putPack(t, s, fmt.Sprintf("data/p/1/%d/rank-1.pack", i), 2*testChunk, uint64(100+i))
+		st.extra[i], data1[i] = map[int]*txn.Pack{1: pk}, b
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: depth, Committed: st.committed, Pack: st.pack})
+	read := func(step int64, rank int) {
+		t.Helper()
+		p.Touch(step, rank)
+		pk, want := st.packs[step], st.data[step]
+		if rank == 1 {
+			pk, want = st.extra[step][1], data1[step]
+		}
+		buf := make([]byte, pk.Size)
+		if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, want) {
+			t.Fatalf("step %d rank %d: %v or wrong bytes", step, rank, err)
+		}
+	}
+	// Rank 0 runs 10 steps ahead, then both go on in lock step.
+	for i := range int64(10) {
+		read(i, 0)
+	}
+	for i := range int64(n - 10) {
+		read(10+i, 0)
+		read(i, 1)
+	}
+	for i := int64(n - 10); i < n; i++ {
+		read(i, 1)
+	}
+	if m := s.maxPerBlock(); m != 1 {
+		t.Errorf("a block was fetched %d times, want once", m)
+	}
+}
