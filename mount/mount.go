@@ -419,15 +419,17 @@ func (m *mounted) pack(ctx context.Context, n int64, r int) (*txn.Pack, error) {
 
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
+	// Position first, then the wake-up: the poller decides its next
+	// interval from them.
 	m.lastRead.Store(time.Now().UnixNano())
-	if n >= m.view.Load().Next()-nearSteps {
-		m.view.Want() // a reader near the head: it will want the next step soon
-	}
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
-			return
+			break
 		}
+	}
+	if n >= m.view.Load().Next()-nearSteps {
+		m.view.Want() // a reader near the head: it will want the next step soon
 	}
 }
 

@@ -169,7 +169,6 @@ func (s *section) pack(key string, e entry) *Pack {
 	return p
 }
 
-
 // validateObject checks a TGB's object reference in a version record or
 // snapshot: its key is a function of the TGB (no record can point at
 // another step's data, which gc would delete under that step), and its
