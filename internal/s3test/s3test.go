@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -40,8 +41,12 @@ const InstallHint = "make tools (or: GOBIN=$PWD/.tools/bin go install github.com
 type Server struct {
 	Endpoint string // http://127.0.0.1:port
 	Dir      string
-	cmd      *exec.Cmd
+	bin      string
+	addr     string
 	buckets  atomic.Int64
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // GUARDED_BY(mu); nil while stopped
 }
 
 // Binary finds versitygw: $VERSITYGW, $LAKEFS_TOOLS/bin, the repository's
@@ -92,36 +97,74 @@ func Start(t testing.TB) *Server {
 			t.Fatal(err)
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region,
-			"--port", addr, "--quiet", "posix", dir)
-		cmd.Stdout = os.Stderr
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start versitygw: %v", err)
+		s := &Server{Endpoint: "http://" + addr, Dir: dir, bin: bin, addr: addr}
+		if err := s.start(); err != nil {
+			t.Fatal(err)
 		}
-		s := &Server{Endpoint: "http://" + addr, Dir: dir, cmd: cmd}
 		if waitListening(addr, 15*time.Second) {
-			t.Cleanup(s.stop)
+			t.Cleanup(func() { s.Stop(syscall.SIGTERM) })
 			return s
 		}
-		s.stop()
+		s.Stop(syscall.SIGTERM)
 		if attempt == 2 {
 			t.Fatalf("versitygw did not start listening on %s", addr)
 		}
 	}
 }
 
-func (s *Server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region,
+		"--port", s.addr, "--quiet", "posix", s.Dir)
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start versitygw: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
+}
+
+// Stop stops the server with sig (SIGKILL: a crash; SIGTERM: a clean stop,
+// escalated to SIGKILL after 5s) and waits for it to exit. Its data stays
+// for Restart.
+func (s *Server) Stop(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
 	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Restart starts a stopped server again on the same port and data, as an
+// operator restarts a crashed S3 server.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if running {
+		return fmt.Errorf("versitygw on %s is running", s.addr)
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	if !waitListening(s.addr, 15*time.Second) {
+		return fmt.Errorf("restarted versitygw did not listen on %s within 15s", s.addr)
+	}
+	return nil
 }
 
 func freePort() (int, error) {
