@@ -71,7 +71,7 @@ type chaosOptions struct {
 func TestChaos(t *testing.T) {
 	mntRequireFUSE(t)
 	srv := s3test.Start(t)
-	o := chaosOptions{Batches: 60, Pause: 400 * time.Millisecond, MinChaos: 45 * time.Second,
+	o := chaosOptions{Batches: 80, Pause: 400 * time.Millisecond, MinChaos: 60 * time.Second,
 		Outage: 4 * time.Second, StopFor: 6 * time.Second, TmpfsSize: "24m"}
 	if d := os.Getenv("LAKEFS_SOAK"); d != "" {
 		dur, err := time.ParseDuration(d)
@@ -231,6 +231,17 @@ func (s *chaosSup) zombie(d time.Duration) (code int, tail string) {
 	}
 	b := out.String()
 	return cmd.ProcessState.ExitCode(), b[max(0, len(b)-1500):]
+}
+
+// tail is the end of the current incarnation's output.
+func (s *chaosSup) tail() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return ""
+	}
+	b := s.out.String()
+	return b[max(0, len(b)-3000):]
 }
 
 // pause SIGSTOPs the current incarnation for d (no new incarnation: a hung
@@ -478,6 +489,7 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 				zmu.Lock()
 				defer zmu.Unlock()
 				zombies = append(zombies, fmt.Sprintf("%s: exit %d", p.name, code))
+				t.Logf("zombie %s woke up and exited %d: %s", p.name, code, lastLine(tail))
 				if code == 0 {
 					t.Errorf("%s woke up as a zombie and exited 0; want it fenced: %s", p.name, tail)
 				}
@@ -512,7 +524,9 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 			left, err := prdSealed(dir)
 			return err == nil && len(left) == 0
 		}) {
-			t.Fatalf("producer %s: sealed batches left in %s after 3 min of quiet\n%s", id, dir, prods[id].last)
+			left, _ := prdSealed(dir)
+			t.Fatalf("producer %s: sealed batches %v left in %s after 3 min of quiet\nreaders at %d, %d\ncurrent incarnation:\n%s\nlast exit:\n%s",
+				id, left, dir, chaosLastStep(nodes[0].out), chaosLastStep(nodes[1].out), prods[id].tail(), prods[id].last)
 		}
 	}
 	want := prdReadManifest(t, manifest)
@@ -617,7 +631,8 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 	// The summary.
 	stats.mu.Lock()
 	defer stats.mu.Unlock()
-	tw := tabwriter.NewWriter(&chaosLog{t}, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "server\t%s\t\n", srv.Name())
 	fmt.Fprintf(tw, "chaos phase\t%s\t\n", chaosTime.Round(time.Second))
 	kindNames := slices.Sorted(maps.Keys(stats.faults))
@@ -638,24 +653,12 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 	fmt.Fprintf(tw, "longest stall\t%s\t\n", stall.Round(time.Millisecond))
 	fmt.Fprintf(tw, "live steps / data objects after gc\t%d / %d\t\n", st.Live.Count, dataObjs)
 	_ = tw.Flush()
-	for _, z := range zombies {
-		t.Logf("zombie %s", z)
-	}
+	t.Logf("chaos summary:\n%s", table.String())
 	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "S3 SIGKILL", "S3 SIGTERM", "staging disk full"} {
 		if stats.faults[k] == 0 {
 			t.Errorf("no %s was injected: the run did not test it", k)
 		}
 	}
-}
-
-// chaosLog writes a table line by line to the test log.
-type chaosLog struct{ t testing.TB }
-
-func (l *chaosLog) Write(p []byte) (int, error) {
-	for line := range strings.SplitSeq(strings.TrimRight(string(p), "\n"), "\n") {
-		l.t.Log(line)
-	}
-	return len(p), nil
 }
 
 // prdExecCtx runs bin to completion under ctx (bounded by prdCmdTimeout);
@@ -718,4 +721,9 @@ func chaosListData(t testing.TB, srv chaosS3, url string) (objects int, bytes in
 		}
 	}
 	return objects, bytes
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
