@@ -44,7 +44,7 @@ test: lint unit
 # losses, longest stall).
 SOAK ?= 20m
 soak: tools seaweedfs
-	LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
+	set -o pipefail; LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
 		grep -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
 
 seaweedfs:

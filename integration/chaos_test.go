@@ -78,7 +78,7 @@ func TestChaos(t *testing.T) {
 		if err != nil {
 			t.Fatalf("LAKEFS_SOAK=%q: want a duration such as 20m: %v", d, err)
 		}
-		o.MinChaos, o.Batches, o.Outage, o.StopFor = dur, int(dur/(300*time.Millisecond)), 10*time.Second, 15*time.Second
+		o.MinChaos, o.Batches, o.Outage, o.StopFor = dur, int(dur/(600*time.Millisecond)), 10*time.Second, 15*time.Second
 	}
 	t.Run("versitygw", func(t *testing.T) { chaosRun(t, chaosVersity{srv}, o) })
 	if os.Getenv("LAKEFS_SOAK") != "" {
