@@ -100,7 +100,7 @@ func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
 		return err
 	}
 	if err := store.Probe(ctx, s); err != nil {
-		return fmt.Errorf("refusing store %s: %w", o.Store, err)
+		return fmt.Errorf("refusing store %s: %w", store.Redact(o.Store), err)
 	}
 	l, err := txn.Open(ctx, s)
 	if err != nil {

@@ -43,6 +43,8 @@ type Server struct {
 	Dir      string
 	bin      string
 	addr     string
+	access   string
+	secret   string
 	buckets  atomic.Int64
 
 	mu  sync.Mutex
@@ -76,6 +78,13 @@ func Binary() (string, error) {
 // cannot be used from parallel tests.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWithCredentials(t, AccessKey, SecretKey)
+}
+
+// StartWithCredentials is Start with the server's access and secret key;
+// the environment gets them too.
+func StartWithCredentials(t testing.TB, access, secret string) *Server {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -83,8 +92,8 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("versitygw not found (%v); install it with %s", err, InstallHint)
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	t.Setenv("AWS_ACCESS_KEY_ID", access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
 	t.Setenv("AWS_REGION", Region)
 	t.Setenv("AWS_PROFILE", "")
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
@@ -97,7 +106,7 @@ func Start(t testing.TB) *Server {
 			t.Fatal(err)
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		s := &Server{Endpoint: "http://" + addr, Dir: dir, bin: bin, addr: addr}
+		s := &Server{Endpoint: "http://" + addr, Dir: dir, bin: bin, addr: addr, access: access, secret: secret}
 		if err := s.start(); err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +122,7 @@ func Start(t testing.TB) *Server {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region,
+	cmd := exec.Command(s.bin, "--access", s.access, "--secret", s.secret, "--region", Region,
 		"--port", s.addr, "--quiet", "posix", s.Dir)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
@@ -192,7 +201,7 @@ func waitListening(addr string, d time.Duration) bool {
 func (s *Server) Client() *s3.Client {
 	cfg, _ := config.LoadDefaultConfig(context.Background(),
 		config.WithRegion(Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, "")))
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.access, s.secret, "")))
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.BaseEndpoint = aws.String(s.Endpoint)
 		o.UsePathStyle = true
