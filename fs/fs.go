@@ -31,6 +31,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -365,13 +366,12 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		}
 	}
 	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name}
-	d.tree = sync.OnceValue(func() *tree {
+	d.tree = onceOK(func() (*tree, error) {
 		ranks, shared, err := s.r.packs(context.WithoutCancel(ctx), tgb)
 		if err != nil {
-			s.r.log.Error("reading the step's index failed", "step", tgb.Step, "err", err)
-			return newTree()
+			return nil, fmt.Errorf("reading the index of step %d: %w", tgb.Step, err)
 		}
-		return stepTree(ranks, shared, s.r.ranks)
+		return stepTree(ranks, shared, s.r.ranks), nil
 	})
 	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
@@ -394,7 +394,25 @@ type dirNode struct {
 	r    *Root
 	tgb  *txn.TGB
 	path string // for logs
-	tree func() *tree
+	tree func() (*tree, error)
+}
+
+// onceOK memoizes f's first success. A failure (the store unreachable) is
+// not kept: the caller gets EIO and the next access tries again, so an
+// outage never makes a step look empty for the life of the mount.
+func onceOK(f func() (*tree, error)) func() (*tree, error) {
+	var mu sync.Mutex
+	var t *tree
+	return func() (*tree, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if t != nil {
+			return t, nil
+		}
+		var err error
+		t, err = f()
+		return t, err
+	}
 }
 
 var (
@@ -410,7 +428,11 @@ func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	e := d.tree().kids[name]
+	t, err := d.tree()
+	if err != nil {
+		return nil, d.r.toErrno("lookup", d.path+"/"+name, err)
+	}
+	e := t.kids[name]
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
@@ -427,7 +449,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	path := d.path + "/" + name
 	if e.dir != nil {
 		sub := e.dir
-		return d.NewInode(ctx, &dirNode{r: d.r, tgb: d.tgb, path: path, tree: func() *tree { return sub }},
+		return d.NewInode(ctx, &dirNode{r: d.r, tgb: d.tgb, path: path, tree: func() (*tree, error) { return sub, nil }},
 			gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	}
 	return d.NewInode(ctx, &fileNode{r: d.r, tgb: d.tgb, pack: e.pack, file: e.file, path: path},
@@ -435,7 +457,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	t := d.tree()
+	t, err := d.tree()
+	if err != nil {
+		return nil, d.r.toErrno("readdir", d.path, err)
+	}
 	list := make([]fuse.DirEntry, len(t.names))
 	for i, name := range t.names {
 		mode := uint32(syscall.S_IFREG)

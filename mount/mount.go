@@ -248,11 +248,13 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
+	// Enough indexes for the prefetch window and the steps being read.
+	m.memo = newPackMemo(l.Packs, o.Ranks, 2*o.PrefetchSteps+16)
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{Depth: o.PrefetchSteps, Packs: m.packs, Logger: log})
 	m.root = fs.New(fs.Options{
 		View:      m.view,
 		Reader:    c,
-		Packs:     l.Packs,
+		Packs:     m.memo.Packs,
 		Ranks:     o.Ranks,
 		Wait:      o.Wait,
 		Touch:     m.prefetch.Touch,
@@ -365,6 +367,7 @@ type mounted struct {
 	txlog    *txn.Log
 	cache    *cache.Cache
 	prefetch *cache.Prefetcher
+	memo     *packMemo
 	view     *fs.View
 	root     *fs.Root
 	metrics  *metrics
@@ -384,14 +387,14 @@ func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
 	if !ok {
 		return nil, false
 	}
-	ranks, shared, err := m.txlog.Packs(context.TODO(), t)
+	ranks, shared, err := m.memo.Packs(context.TODO(), t)
 	if err != nil {
 		m.log.Error("reading the step's index failed", "step", n, "err", err)
 		return nil, false
 	}
 	var ps []*txn.Pack
 	for r, p := range ranks {
-		if m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r) {
+		if p != nil && (m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r)) {
 			ps = append(ps, p)
 		}
 	}

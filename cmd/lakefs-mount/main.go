@@ -31,8 +31,14 @@ It stays in the foreground and unmounts on SIGINT or SIGTERM. A mount point
 left stale by a killed lakefs-mount ("transport endpoint is not connected")
 is unmounted and reused; one with a live mount is refused.
 
+A hung mount (its process stopped or stuck; readers blocked in it) is freed
+with lakefs-mount --abort MOUNTPOINT: readers get an error (ENOTCONN) at
+once, the mount is detached, and the next lakefs-mount on MOUNTPOINT starts
+clean. Kill the hung process yourself (kill -9).
+
 EXAMPLES:
    lakefs-mount --store file:///data/stream /mnt/stream
+   lakefs-mount --abort /mnt/stream      # free a hung mount
    lakefs-mount --store 's3://bucket/stream?endpoint=http://10.0.0.5:9000' \
        --ranks 0-3 --cache-size 8GiB --prefetch-steps 4 --wait 10m /mnt/stream
    python train.py   # opens /mnt/stream/steps/{step}/rank-{rank}/...
@@ -51,7 +57,7 @@ func main() {
 func run(args []string) int {
 	var o mount.Options
 	var ranks, cacheSize, readAhead string
-	var debugFUSE bool
+	var debugFUSE, abort bool
 	actionRan := false
 	app := &cli.App{
 		Name:        "lakefs-mount",
@@ -83,6 +89,8 @@ func run(args []string) int {
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Hidden: true,
 				Usage: "add this latency to every data GET (benchmarks: simulate a remote store)"},
 			&cli.BoolFlag{Name: "allow-other", Destination: &o.AllowOther, Usage: "let users other than the mounting one read (default: only the mounting user)"},
+			&cli.BoolFlag{Name: "abort", Destination: &abort,
+				Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"},
 			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
 		},
 		HideHelpCommand: true,
@@ -95,6 +103,9 @@ func run(args []string) int {
 				return mount.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
 			}
 			o.Mountpoint = cc.Args().First()
+			if abort {
+				return mount.Abort(o.Mountpoint)
+			}
 			var err error
 			if ranks != "" {
 				if o.Ranks, err = mount.ParseRanks(ranks); err != nil {
