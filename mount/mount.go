@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,8 +56,15 @@ func Usagef(format string, args ...any) error {
 type Options struct {
 	Store      string // store URL
 	Mountpoint string
-	// Ranks shown and prefetched; nil means all of the stream's ranks.
+	// Ranks shown; nil means all of the stream's ranks (of the view, with
+	// ViewRanks). Whatever is shown, only what readers open is fetched.
 	Ranks []int
+	// ViewRanks, if > 0, shows the stream as ViewRanks ranks (it must
+	// divide the stream's R): rank-r holds original ranks
+	// r*(R/ViewRanks)..(r+1)*(R/ViewRanks)-1 as rank-<original>/
+	// subdirectories, so a job restarted on fewer GPUs reads the same
+	// global batches.
+	ViewRanks int
 	// CacheSize is the memory budget of the block cache in bytes.
 	CacheSize int64
 	// PrefetchSteps is P: opening a file of step n prefetches steps
@@ -89,8 +95,10 @@ type Options struct {
 	// store in benchmarks.
 	StoreLatency time.Duration
 	AllowOther   bool
-	Debug        bool // log every FUSE request
-	Logger       *slog.Logger
+	// Profiling serves Go's pprof handlers at MetricsAddr/debug/pprof/.
+	Profiling bool
+	Debug     bool // log every FUSE request
+	Logger    *slog.Logger
 	// Ready, if set, is called once the view is mounted and serving.
 	Ready func(Info)
 }
@@ -214,9 +222,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("opening the stream at %s: %w", store.Redact(o.Store), err)
 	}
+	shown := l.Config.Ranks
+	if o.ViewRanks != 0 {
+		if o.ViewRanks < 0 || o.ViewRanks > l.Config.Ranks || l.Config.Ranks%o.ViewRanks != 0 {
+			return Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
+		}
+		shown = o.ViewRanks
+	}
 	for _, r := range o.Ranks {
-		if r < 0 || r >= l.Config.Ranks {
-			return Usagef("--ranks names rank %d, but the stream has ranks 0-%d", r, l.Config.Ranks-1)
+		if r < 0 || r >= shown {
+			return Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
 	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
@@ -248,19 +263,25 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	// Enough indexes for the prefetch window and the steps being read.
-	m.memo = newPackMemo(l.Packs, o.Ranks, 2*o.PrefetchSteps+16)
-	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{Depth: o.PrefetchSteps, Packs: m.packs, Logger: log})
-	m.root = fs.New(fs.Options{
-		View:      m.view,
-		Reader:    c,
-		Packs:     m.memo.Packs,
-		Ranks:     o.Ranks,
-		Wait:      o.Wait,
-		Touch:     m.prefetch.Touch,
-		Served:    m.served,
-		BlockSize: uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
+	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
+		Depth:     o.PrefetchSteps,
+		Committed: m.committed,
+		Pack:      m.pack,
 		Logger:    log,
+	})
+	m.root = fs.New(fs.Options{
+		View:        m.view,
+		Reader:      c,
+		Packs:       m.packs,
+		StreamRanks: l.Config.Ranks,
+		ViewRanks:   o.ViewRanks,
+		Ranks:       o.Ranks,
+		Wait:        o.Wait,
+		Touch:       m.prefetch.Touch,
+		Served:      m.served,
+		BlockSize:   uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+		Logger:      log,
 	})
 	m.metrics.register(m)
 
@@ -271,7 +292,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server()
+		srv := m.metrics.server(o.Profiling)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -367,10 +388,10 @@ type mounted struct {
 	txlog    *txn.Log
 	cache    *cache.Cache
 	prefetch *cache.Prefetcher
-	memo     *packMemo
 	view     *fs.View
 	root     *fs.Root
 	metrics  *metrics
+	packs    *packLoader
 	dev      uint64
 
 	state *txn.State // owned by the tailer goroutine
@@ -380,41 +401,35 @@ type mounted struct {
 	polls    atomic.Int64 // refreshes of the manifest log
 }
 
-// packs returns the packs this node reads of step n: its ranks', and the
-// step-level files.
-func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
+// committed reports whether step n is live in the view.
+func (m *mounted) committed(n int64) bool {
+	_, ok := m.view.Load().Step(n)
+	return ok
+}
+
+// pack is rank r's pack of step n (r < 0: the shared files), through the
+// loader the view uses, so each is fetched once.
+func (m *mounted) pack(ctx context.Context, n int64, r int) (*txn.Pack, error) {
 	t, ok := m.view.Load().Step(n)
 	if !ok {
-		return nil, false
+		return nil, fmt.Errorf("step %d is not live", n)
 	}
-	ranks, shared, err := m.memo.Packs(context.TODO(), t)
-	if err != nil {
-		m.log.Error("reading the step's index failed", "step", n, "err", err)
-		return nil, false
-	}
-	var ps []*txn.Pack
-	for r, p := range ranks {
-		if p != nil && (m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r)) {
-			ps = append(ps, p)
-		}
-	}
-	if shared != nil {
-		ps = append(ps, shared)
-	}
-	return ps, true
+	return m.packs.Pack(ctx, t, r)
 }
 
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
+	// Position first, then the wake-up: the poller decides its next
+	// interval from them.
 	m.lastRead.Store(time.Now().UnixNano())
-	if n >= m.view.Load().Next()-nearSteps {
-		m.view.Want() // a reader near the head: it will want the next step soon
-	}
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
-			return
+			break
 		}
+	}
+	if n >= m.view.Load().Next()-nearSteps {
+		m.view.Want() // a reader near the head: it will want the next step soon
 	}
 }
 
@@ -482,6 +497,7 @@ func (m *mounted) pollInterval() time.Duration {
 func (m *mounted) publish() {
 	s := fs.NewSnapshot(m.state)
 	m.root.Publish(s)
+	m.packs.forgetBelow(s.LiveFrom)
 	m.prefetch.Kick()
 }
 

@@ -241,3 +241,59 @@ func ctxErr(ctx context.Context, op, key string) error {
 	}
 	return nil
 }
+
+// RangeStreamer is implemented by stores that can stream a range rather
+// than return it in a new buffer, so that a reader of many blocks fills
+// its own reused buffers: each byte touches memory once, with no copy.
+// Wrappers (Faulty, test counters) need not implement it: GetRangeStream
+// falls back to GetRange.
+type RangeStreamer interface {
+	// GetRangeStream opens the n bytes at [off, off+n) for reading. A range
+	// past the end of the object is ErrRange, from the call or from a Read
+	// (never a short stream ending in io.EOF); a missing key is
+	// ErrNotFound. The caller closes the reader.
+	GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
+}
+
+// GetRangeStream streams the n bytes at [off, off+n) of key, through
+// s.GetRangeStream when s has it, else through GetRange.
+func GetRangeStream(ctx context.Context, s Store, key string, off, n int64) (io.ReadCloser, error) {
+	if rs, ok := s.(RangeStreamer); ok {
+		return rs.GetRangeStream(ctx, key, off, n)
+	}
+	b, err := s.GetRange(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// exactReader yields exactly n bytes of r: a stream that ends early is
+// ErrRange, as GetRange reports a range past the end.
+type exactReader struct {
+	r       io.ReadCloser
+	left    int64
+	errLine func(got int64) error
+	got     int64
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	e.got += int64(n)
+	if err == io.EOF {
+		if e.left > 0 {
+			return n, e.errLine(e.got)
+		}
+		return n, nil
+	}
+	return n, err
+}
+
+func (e *exactReader) Close() error { return e.r.Close() }

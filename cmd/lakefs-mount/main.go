@@ -24,8 +24,14 @@ const description = `Mounts the stream at MOUNTPOINT, read-only:
    MOUNTPOINT/head                         the highest committed step
 
 Every byte read is verified against the CRC32C recorded at production; a
-mismatch is an I/O error (EIO), never wrong data. Opening a file of step n
-prefetches steps n..n+P of this node's ranks into memory.
+mismatch is an I/O error (EIO), never wrong data. Opening a file of rank r
+in step n prefetches rank r's steps n..n+P into memory: a rank nobody opens
+is never fetched, whatever --ranks shows.
+
+With --view-ranks R2 (R2 divides the stream's R) the stream shows R2 ranks:
+rank-r holds the files of original ranks r*(R/R2)..(r+1)*(R/R2)-1, each in
+a directory named after it (steps/<n>/rank-<r>/rank-<original>/<files>), so
+a job restarted on fewer GPUs reads the same global batches.
 
 It stays in the foreground and unmounts on SIGINT or SIGTERM. A mount point
 left stale by a killed lakefs-mount ("transport endpoint is not connected")
@@ -41,6 +47,7 @@ EXAMPLES:
    lakefs-mount --abort /mnt/stream      # free a hung mount
    lakefs-mount --store 's3://bucket/stream?endpoint=http://10.0.0.5:9000' \
        --ranks 0-3 --cache-size 8GiB --prefetch-steps 4 --wait 10m /mnt/stream
+   lakefs-mount --store file:///data/stream --view-ranks 4 /mnt/stream   # 8-rank stream on 4 GPUs
    python train.py   # opens /mnt/stream/steps/{step}/rank-{rank}/...
 
 EXIT STATUS:
@@ -67,7 +74,9 @@ func run(args []string) int {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"}, Destination: &o.Store,
 				Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=..."},
-			&cli.StringFlag{Name: "ranks", Destination: &ranks, Usage: "ranks this node shows and prefetches, e.g. 0-3,8 (default: all)"},
+			&cli.StringFlag{Name: "ranks", Destination: &ranks, Usage: "ranks this node shows, e.g. 0-3,8 (default: all; only what readers open is fetched)"},
+			&cli.IntFlag{Name: "view-ranks", Destination: &o.ViewRanks,
+				Usage: "show the stream as R2 ranks (R2 divides R): rank-r holds original ranks r*(R/R2)..(r+1)*(R/R2)-1 as rank-<original>/ directories"},
 			&cli.StringFlag{Name: "cache-size", Value: "2GiB", Destination: &cacheSize,
 				Usage: "memory for cached and prefetched blocks; the process uses about this plus 128MiB"},
 			&cli.IntFlag{Name: "prefetch-steps", Value: mount.DefaultPrefetchSteps, Destination: &o.PrefetchSteps,
@@ -91,6 +100,7 @@ func run(args []string) int {
 			&cli.BoolFlag{Name: "allow-other", Destination: &o.AllowOther, Usage: "let users other than the mounting one read (default: only the mounting user)"},
 			&cli.BoolFlag{Name: "abort", Destination: &abort,
 				Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"},
+			&cli.BoolFlag{Name: "pprof", Destination: &o.Profiling, Usage: "serve Go's pprof profiles at --metrics-addr/debug/pprof/"},
 			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
 		},
 		HideHelpCommand: true,
