@@ -1,0 +1,266 @@
+package benchreport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ingestSeries are the lines of section 1, in legend order: Lakestream
+// on both stores, each store's raw-put limit, and the broker.
+var ingestSeries = []string{"dac s3", "naive s3", "raw-put s3", "dac file", "naive file", "raw-put file", "nats", "nats-fsync"}
+
+// seriesOf names the line a row of section 1 belongs to.
+func seriesOf(r Row) string {
+	s := r.Str("strategy")
+	if s == "nats" || s == "nats-fsync" {
+		return s
+	}
+	return s + " " + r.Str("store")
+}
+
+// ingest runs section 1: every strategy, producer count and payload, on
+// versitygw and file://, and the NATS peers, repeated; within a repeat
+// all of them run one after the other, so the peers share the machine's
+// state.
+func (e *env) ingest(ctx context.Context, rep *Report) error {
+	o := e.o
+	common := []string{"bench", "ingest", "--json", "--ranks", fmt.Sprint(o.Ranks), "--duration", o.Duration.String(),
+		"--producers", joinInts(o.Producers), "--payload", joinSizes(o.Payloads)}
+	// Each run drains for up to a window and cleans up its prefix.
+	limit := time.Duration(len(o.Producers)*len(o.Payloads)*3)*(3*o.Duration+20*time.Second) + time.Minute
+	var rows []Row
+	for i := range o.Repeats {
+		bucket, err := e.newBucket(ctx, "ingest")
+		if err != nil {
+			return err
+		}
+		runs := []struct{ store, url, strategies string }{
+			{"s3", e.s3.URL(bucket, "bench"), "dac,naive,raw-put"},
+			{"file", "file://" + e.work + "/file-ingest", "dac,naive,raw-put"},
+			{"nats", "file://" + e.work + "/nats-unused", "nats,nats-fsync"},
+		}
+		for _, r := range runs {
+			e.logf("ingest repeat %d/%d: %s %s", i+1, o.Repeats, r.store, r.strategies)
+			got, err := e.bench(ctx, limit, append(common, "--store", r.url, "--strategy", r.strategies)...)
+			for _, g := range got {
+				g["store"], g["repeat"] = r.store, float64(i+1)
+			}
+			rows = append(rows, got...)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	g := GroupRows(rows, "strategy", "store", "producers", "payload_bytes")
+	sec := &Section{Title: "Ingestion vs producers"}
+	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for %s; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. %d repeats of every point.\n\n",
+		o.Ranks, o.Duration, o.Repeats)
+	for _, payload := range o.Payloads {
+		pb := float64(payload)
+		t := Table{Header: []string{"series", "producers", "TGB/s", "MB/s", "p50 ms", "p99 ms", "attempts/commit", "TGBs/commit"}}
+		tput := Figure{Title: "Ingestion, " + Bytes(pb) + " TGBs of " + fmt.Sprint(o.Ranks) + " ranks", XLabel: "producers", YLabel: "TGB/s (median, min-max)"}
+		lat := Figure{Title: "p99 latency, " + Bytes(pb) + " TGBs", XLabel: "producers", YLabel: "p99 ms (log)", LogY: true}
+		for _, name := range ingestSeries {
+			keys := g.Filter(func(r Row) bool { return seriesOf(r) == name && r.Num("payload_bytes") == pb })
+			if len(keys) == 0 {
+				continue
+			}
+			st, sl := Series{Name: name}, Series{Name: name}
+			for _, k := range keys {
+				r := g.Rows[k]
+				p := r.Num("producers")
+				st.X, st.Y = append(st.X, p), append(st.Y, g.Stat(k, "tgbs_per_s"))
+				if !strings.HasPrefix(name, "raw-put") {
+					sl.X, sl.Y = append(sl.X, p), append(sl.Y, g.Stat(k, "p99_ms"))
+				}
+				att, per := "", ""
+				if !strings.HasPrefix(name, "raw-put") && !strings.HasPrefix(name, "nats") {
+					att, per = g.Stat(k, "attempts_per_commit").String(), g.Stat(k, "tgbs_per_commit").String()
+				}
+				t.Rows = append(t.Rows, []string{name, fmt.Sprint(p), g.Stat(k, "tgbs_per_s").String(), g.Stat(k, "mb_per_s").String(),
+					g.Stat(k, "p50_ms").String(), g.Stat(k, "p99_ms").String(), att, per})
+			}
+			tput.Series = append(tput.Series, st)
+			if len(sl.X) > 0 {
+				lat.Series = append(lat.Series, sl)
+			}
+		}
+		sec.printf("### %s TGBs\n\n%s\n", Bytes(pb), t.Markdown())
+		sec.printf("%s", rep.Stamp(fmt.Sprintf("%d ranks, payload %s per TGB, producers %s as goroutines, %s windows, %d repeats", o.Ranks, Bytes(pb), joinInts(o.Producers), o.Duration, o.Repeats)))
+		slug := strings.ToLower(Bytes(pb))
+		sec.figure("ingest-tgbs-"+slug+".png", tput)
+		sec.figure("ingest-p99-"+slug+".png", lat)
+	}
+	rep.Sections = append(rep.Sections, sec)
+	e.ingestHeadlines(rep, g)
+	return nil
+}
+
+// ingestHeadlines adds the summary lines and losses of section 1.
+func (e *env) ingestHeadlines(rep *Report, g *Group) {
+	o := e.o
+	stat := func(series string, producers int, payload int64, metric string) Stat {
+		for _, k := range g.Keys {
+			r := g.Rows[k]
+			if seriesOf(r) == series && r.Num("producers") == float64(producers) && r.Num("payload_bytes") == float64(payload) {
+				return g.Stat(k, metric)
+			}
+		}
+		return Stat{}
+	}
+	best := func(producers int, payload int64, metric string, lower bool) (Stat, string) {
+		var bs Stat
+		var bn string
+		for _, n := range []string{"nats", "nats-fsync"} {
+			s := stat(n, producers, payload, metric)
+			if s.N > 0 && (bs.N == 0 || (s.Med > bs.Med) != lower) {
+				bs, bn = s, n
+			}
+		}
+		return bs, bn
+	}
+	head := 16
+	if !slices.Contains(o.Producers, head) {
+		head = o.Producers[len(o.Producers)-1]
+	}
+	for _, payload := range o.Payloads {
+		for _, store := range []string{"s3", "file"} {
+			ls := stat("dac "+store, head, payload, "tgbs_per_s")
+			peer, pn := best(head, payload, "tgbs_per_s", false)
+			rep.Summary = append(rep.Summary, Headline{
+				Figure:     fmt.Sprintf("ingest TGB/s, %s TGBs, %d producers, dac on %s", Bytes(float64(payload)), head, store),
+				Lakestream: ls, Limit: stat("raw-put "+store, head, payload, "tgbs_per_s"), LimitName: "raw-put " + store,
+				Peer: peer, PeerName: pn, Unit: "TGB/s",
+			})
+		}
+	}
+	if slices.Contains(o.Payloads, 1<<20) {
+		peer, pn := best(head, 1<<20, "p99_ms", true)
+		rep.Summary = append(rep.Summary, Headline{
+			Figure:     fmt.Sprintf("ingest p99 ms, 1MiB TGBs, %d producers, dac on s3", head),
+			Lakestream: stat("dac s3", head, 1<<20, "p99_ms"), Peer: peer, PeerName: pn, Unit: "ms", LowerIsBetter: true,
+		})
+	}
+	// Every point where dac loses to a peer or stays far below its limit.
+	for _, payload := range o.Payloads {
+		for _, p := range o.Producers {
+			for _, store := range []string{"s3", "file"} {
+				ls := stat("dac "+store, p, payload, "tgbs_per_s")
+				if ls.N == 0 {
+					continue
+				}
+				for _, peer := range []string{"nats-fsync", "nats", "naive " + store} {
+					ps := stat(peer, p, payload, "tgbs_per_s")
+					if ps.N > 0 && ls.Med < ps.Med {
+						rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion, %s TGBs, %d producers: dac on %s commits %s TGB/s, %s loses to %s (%s TGB/s).",
+							Bytes(float64(payload)), p, store, num(ls.Med), Ratio(ls.Med, ps.Med), peer, num(ps.Med)))
+					}
+				}
+				if lim := stat("raw-put "+store, p, payload, "tgbs_per_s"); lim.N > 0 && ls.Med < 0.5*lim.Med {
+					rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion, %s TGBs, %d producers: dac on %s reaches only %s of the store's raw-put limit (%s vs %s TGB/s).",
+						Bytes(float64(payload)), p, store, Ratio(ls.Med, lim.Med), num(ls.Med), num(lim.Med)))
+				}
+			}
+		}
+	}
+	if slices.Contains(o.Payloads, 1<<20) {
+		for _, p := range o.Producers {
+			ls := stat("dac s3", p, 1<<20, "p99_ms")
+			ps := stat("nats-fsync", p, 1<<20, "p99_ms")
+			if ls.N > 0 && ps.N > 0 && ls.Med > ps.Med {
+				rep.Losses = append(rep.Losses, fmt.Sprintf("Latency, 1MiB TGBs, %d producers: dac on s3 p99 %s ms vs nats-fsync %s ms (%s), although NATS's figure includes the upload.",
+					p, num(ls.Med), num(ps.Med), Ratio(ls.Med, ps.Med)))
+			}
+		}
+	}
+	e.attemptsFigure(rep, g)
+}
+
+// attemptsFigure is the attempts-per-commit part of section 2, from the
+// section 1 runs on s3.
+func (e *env) attemptsFigure(rep *Report, g *Group) {
+	o := e.o
+	payload := float64(o.Payloads[0])
+	if slices.Contains(o.Payloads, 1<<20) {
+		payload = 1 << 20
+	}
+	f := Figure{Title: "Create attempts per commit, " + Bytes(payload) + " TGBs on s3", XLabel: "producers", YLabel: "attempts per committed version"}
+	f2 := Figure{Title: "TGBs per commit, " + Bytes(payload) + " TGBs on s3", XLabel: "producers", YLabel: "TGBs per committed version"}
+	for _, name := range []string{"dac s3", "naive s3", "dac file", "naive file"} {
+		a, b := Series{Name: name}, Series{Name: name}
+		for _, k := range g.Filter(func(r Row) bool { return seriesOf(r) == name && r.Num("payload_bytes") == payload }) {
+			p := g.Rows[k].Num("producers")
+			a.X, a.Y = append(a.X, p), append(a.Y, g.Stat(k, "attempts_per_commit"))
+			b.X, b.Y = append(b.X, p), append(b.Y, g.Stat(k, "tgbs_per_commit"))
+		}
+		f.Series, f2.Series = append(f.Series, a), append(f2.Series, b)
+	}
+	rep.pending = append(rep.pending, NamedFigure{File: "dac-attempts.png", Figure: f}, NamedFigure{File: "dac-group.png", Figure: f2})
+}
+
+// dacOverTime runs section 2: long runs of dac, naive and fixed on s3.
+func (e *env) dacOverTime(ctx context.Context, rep *Report) error {
+	o := e.o
+	const producers, payload = 8, 64 << 10
+	var rows []Row
+	var notes []string
+	for _, strategy := range []string{"dac", "naive", "fixed"} {
+		bucket, err := e.newBucket(ctx, "longrun")
+		if err != nil {
+			return err
+		}
+		e.logf("long run %s for %s", strategy, o.LongRun)
+		// The run is cut by time: the version target is out of reach.
+		got, err := e.bench(ctx, o.LongRun+5*time.Second, "bench", "ingest", "--json", "--store", e.s3.URL(bucket, "long"),
+			"--strategy", strategy, "--producers", fmt.Sprint(producers), "--payload", Bytes(payload), "--ranks", fmt.Sprint(o.Ranks),
+			"--duration", "1s", "--versions", "100000000")
+		if err != nil && !errors.Is(err, errTimedOut) {
+			notes = append(notes, fmt.Sprintf("long run of %s: %v", strategy, err))
+		}
+		rows = append(rows, got...)
+	}
+	sec := &Section{Title: "DAC over time"}
+	sec.printf("%d producers append %s TGBs of %d ranks to versitygw for about %s per strategy, with a checkpoint and a gc after every 1 s window (as a training job would), so the log keeps growing while the live window stays bounded. Per window: TGB/s and the p99 commit latency (durable -> visible). `fixed` retries after a fixed delay; `naive` retries at once.\n\n",
+		producers, Bytes(payload), o.Ranks, o.LongRun)
+	g := GroupRows(rows, "strategy")
+	t := Table{Header: []string{"strategy", "windows", "TGB/s per window", "p99 ms per window", "attempts/commit", "TGBs/commit", "versions at end"}}
+	tf := Figure{Title: "TGB/s per 1 s window, " + Bytes(payload) + " TGBs, 8 producers, s3", XLabel: "window (s)", YLabel: "TGB/s"}
+	lf := Figure{Title: "p99 commit latency per window", XLabel: "window (s)", YLabel: "p99 ms (log)", LogY: true}
+	for _, k := range g.Keys {
+		name := g.Rows[k].Str("strategy")
+		ts, ls := Series{Name: name}, Series{Name: name}
+		var last float64
+		for _, r := range rows {
+			if r.Str("strategy") != name {
+				continue
+			}
+			w := r.Num("window")
+			ts.X, ts.Y = append(ts.X, w), append(ts.Y, Summarize([]float64{r.Num("tgbs_per_s")}))
+			ls.X, ls.Y = append(ls.X, w), append(ls.Y, Summarize([]float64{r.Num("p99_ms")}))
+			last = max(last, r.Num("version"))
+		}
+		tf.Series, lf.Series = append(tf.Series, ts), append(lf.Series, ls)
+		t.Rows = append(t.Rows, []string{name, fmt.Sprint(len(ts.X)), g.Stat(k, "tgbs_per_s").String(), g.Stat(k, "p99_ms").String(),
+			g.Stat(k, "attempts_per_commit").String(), g.Stat(k, "tgbs_per_commit").String(), fmt.Sprint(last)})
+	}
+	sec.printf("%s\nFigures per strategy are the median over its windows (min-max).\n\n", t.Markdown())
+	sec.printf("%s", rep.Stamp(fmt.Sprintf("%d producers, %s TGBs, %d ranks, 1 s windows, about %s per strategy, one run each", producers, Bytes(payload), o.Ranks, o.LongRun)))
+	sec.figure("dac-time-tgbs.png", tf)
+	sec.figure("dac-time-p99.png", lf)
+	if len(rep.pending) > 0 {
+		sec.printf("Attempts per commit and TGBs per commit against the producer count, from the section 1 runs (%d repeats): as producers are added DAC should make commits larger rather than collide more.\n\n", o.Repeats)
+		for _, f := range rep.pending {
+			sec.figure(f.File, f.Figure)
+		}
+		rep.pending = nil
+	}
+	for _, n := range notes {
+		sec.printf("Note: %s\n\n", n)
+	}
+	rep.Sections = append(rep.Sections, sec)
+	return nil
+}
