@@ -140,7 +140,9 @@ func (r *Report) Markdown() string {
 	for i, s := range r.Sections {
 		fmt.Fprintf(&b, "## %d. %s\n\n%s\n", i+1, s.Title, s.Body.String())
 	}
-	fmt.Fprintf(&b, "## Elapsed\n\n%s; total %s.\n", strings.Join(r.Elapsed, ", "), r.Total)
+	if len(r.Elapsed) > 0 {
+		fmt.Fprintf(&b, "## Elapsed\n\n%s; total %s.\n", strings.Join(r.Elapsed, ", "), r.Total)
+	}
 	return b.String()
 }
 
