@@ -84,6 +84,8 @@ func (s Stat) String() string {
 func num(x float64) string {
 	a := math.Abs(x)
 	switch {
+	case x == math.Trunc(x) && a < 1e15:
+		return fmt.Sprintf("%.0f", x)
 	case a >= 100:
 		return fmt.Sprintf("%.0f", x)
 	case a >= 10:

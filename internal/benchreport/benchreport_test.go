@@ -123,7 +123,7 @@ func TestReportWritesMarkdownAndPlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| ingest | 100 (90.0-110) TGB/s | 200 TGB/s (raw-put) | 0.50x | 400 TGB/s (nats) | 0.25x |",
+		"| ingest | 100 (90-110) TGB/s | 200 TGB/s (raw-put) | 0.50x | 400 TGB/s (nats) | 0.25x |",
 		"bench read missing", "- ingest loses to nats", "## 1. Ingestion", "![t](f.png)", "test cpu, 2 vCPU",
 	} {
 		if !strings.Contains(string(md), want) {

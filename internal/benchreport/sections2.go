@@ -259,8 +259,8 @@ func (e *env) scale(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	params := []string{"--ranks", "16,64,256", "--files", "4", "--steps", "20", "--versions", "500", "--mounts", "1,4", "--window", "5s"}
-	rows, err := e.bench(ctx, 5*time.Minute, append([]string{"bench", "scale", "--json", "--store", e.s3.URL(bucket, "scale"),
+	params := []string{"--ranks", "16,256", "--files", "4", "--steps", "20", "--versions", "200", "--mounts", "1,4", "--window", "3s"}
+	rows, err := e.bench(ctx, 3*time.Minute, append([]string{"bench", "scale", "--json", "--store", e.s3.URL(bucket, "scale"),
 		"--mount-bin", filepath.Join(filepath.Dir(e.produce), "lakefs-mount")}, params...)...)
 	sec.printf("`lakefs-produce bench scale` (one run, its rows as printed; it counts store requests through a proxy in front of versitygw). Parameters: `%s`.\n\n", strings.Join(params, " "))
 	if err != nil {
