@@ -145,27 +145,38 @@ func (e *env) ingestHeadlines(rep *Report, g *Group) {
 			Lakestream: stat("dac s3", head, 1<<20, "p99_ms"), Peer: peer, PeerName: pn, Unit: "ms", LowerIsBetter: true,
 		})
 	}
-	// Every point where dac loses to a peer or stays far below its limit.
-	for _, payload := range o.Payloads {
-		for _, p := range o.Producers {
-			for _, store := range []string{"s3", "file"} {
+	// Every point where dac loses to a peer or stays below half its
+	// limit, one line per store and opponent listing the points.
+	type versus struct{ store, other string }
+	var order []versus
+	points := map[versus][]string{}
+	lose := func(v versus, point string) {
+		if points[v] == nil {
+			order = append(order, v)
+		}
+		points[v] = append(points[v], point)
+	}
+	for _, store := range []string{"s3", "file"} {
+		for _, payload := range o.Payloads {
+			for _, p := range o.Producers {
 				ls := stat("dac "+store, p, payload, "tgbs_per_s")
 				if ls.N == 0 {
 					continue
 				}
+				at := fmt.Sprintf("%s x %d producers", Bytes(float64(payload)), p)
 				for _, peer := range []string{"nats-fsync", "nats", "naive " + store} {
-					ps := stat(peer, p, payload, "tgbs_per_s")
-					if ps.N > 0 && ls.Med < ps.Med {
-						rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion, %s TGBs, %d producers: dac on %s commits %s TGB/s, %s loses to %s (%s TGB/s).",
-							Bytes(float64(payload)), p, store, num(ls.Med), Ratio(ls.Med, ps.Med), peer, num(ps.Med)))
+					if ps := stat(peer, p, payload, "tgbs_per_s"); ps.N > 0 && ls.Med < ps.Med {
+						lose(versus{store, peer}, fmt.Sprintf("%s (%s vs %s TGB/s, %s)", at, num(ls.Med), num(ps.Med), Ratio(ls.Med, ps.Med)))
 					}
 				}
 				if lim := stat("raw-put "+store, p, payload, "tgbs_per_s"); lim.N > 0 && ls.Med < 0.5*lim.Med {
-					rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion, %s TGBs, %d producers: dac on %s reaches only %s of the store's raw-put limit (%s vs %s TGB/s).",
-						Bytes(float64(payload)), p, store, Ratio(ls.Med, lim.Med), num(ls.Med), num(lim.Med)))
+					lose(versus{store, "half the raw-put limit"}, fmt.Sprintf("%s (%s of the limit)", at, Ratio(ls.Med, lim.Med)))
 				}
 			}
 		}
+	}
+	for _, v := range order {
+		rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion TGB/s, dac on %s below %s at %s.", v.store, v.other, strings.Join(points[v], "; ")))
 	}
 	if slices.Contains(o.Payloads, 1<<20) {
 		for _, p := range o.Producers {
