@@ -29,7 +29,9 @@ func (e *env) read(ctx context.Context, rep *Report) error {
 			}
 			e.logf("bench read repeat %d/%d", i+1, o.Repeats)
 			t0 := time.Now()
-			got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"))
+			got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"),
+				// The peers' data set: 4 ranks x 16 files x 4 MiB.
+				"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
 			for _, g := range got {
 				g["repeat"] = float64(i + 1)
 			}
@@ -84,7 +86,7 @@ func (e *env) read(ctx context.Context, rep *Report) error {
 		fig.Series = append(fig.Series, *series[n])
 	}
 	sec.printf("%s\n", t.Markdown())
-	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: its defaults", o.Repeats)))
+	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: --steps 16 --ranks 4 --size 4MiB --readers 1,4 (the same shape)", o.Repeats)))
 	sec.figure("read-mbps.png", fig)
 	for _, n := range notes {
 		sec.printf("Note: %s\n\n", n)
