@@ -35,7 +35,12 @@ func StartS3(bin, dir string) (*S3Server, error) {
 		l.Close()
 		cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
 			"--port", addr, "--quiet", "posix", dir)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		// Its log (a line per upload a finished run cuts short) stays
+		// out of the progress output.
+		if lf, err := os.Create(filepath.Join(filepath.Dir(dir), "versitygw.log")); err == nil {
+			defer lf.Close()
+			cmd.Stdout, cmd.Stderr = lf, lf
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("starting versitygw %s (install it with make tools): %w", bin, err)
