@@ -28,12 +28,8 @@ func seriesOf(r Row) string {
 // state.
 func (e *env) ingest(ctx context.Context, rep *Report) error {
 	o := e.o
-	common := []string{"bench", "ingest", "--json", "--ranks", fmt.Sprint(o.Ranks), "--duration", o.Duration.String(),
-		"--producers", joinInts(o.Producers), "--payload", joinSizes(o.Payloads)}
-	// Each run drains for up to a window and cleans up its prefix.
-	limit := time.Duration(len(o.Producers)*len(o.Payloads)*3)*(3*o.Duration+20*time.Second) + time.Minute
 	var rows []Row
-	for i := range o.Repeats {
+	for i := range o.IngestRepeats {
 		bucket, err := e.newBucket(ctx, "ingest")
 		if err != nil {
 			return err
@@ -43,22 +39,28 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 			{"file", "file://" + e.work + "/file-ingest", "dac,naive,raw-put"},
 			{"nats", "file://" + e.work + "/nats-unused", "nats,nats-fsync"},
 		}
-		for _, r := range runs {
-			e.logf("ingest repeat %d/%d: %s %s", i+1, o.Repeats, r.store, r.strategies)
-			got, err := e.bench(ctx, limit, append(common, "--store", r.url, "--strategy", r.strategies)...)
-			for _, g := range got {
-				g["store"], g["repeat"] = r.store, float64(i+1)
-			}
-			rows = append(rows, got...)
-			if err != nil {
-				return err
+		for _, payload := range o.Payloads {
+			d, producers := ingestPlan(o, payload)
+			// Each run drains for up to a window and cleans up its prefix.
+			limit := time.Duration(len(producers)*3)*(3*d+20*time.Second) + time.Minute
+			for _, r := range runs {
+				e.logf("ingest repeat %d/%d: %s %s, %s TGBs", i+1, o.IngestRepeats, r.store, r.strategies, Bytes(float64(payload)))
+				got, err := e.bench(ctx, limit, "bench", "ingest", "--json", "--ranks", fmt.Sprint(o.Ranks), "--duration", d.String(),
+					"--producers", joinInts(producers), "--payload", Bytes(float64(payload)), "--store", r.url, "--strategy", r.strategies)
+				for _, g := range got {
+					g["store"], g["repeat"] = r.store, float64(i+1)
+				}
+				rows = append(rows, got...)
+				if err != nil {
+					return err
+				}
 			}
 		}
 	}
 	g := GroupRows(rows, "strategy", "store", "producers", "payload_bytes")
 	sec := &Section{Title: "Ingestion vs producers"}
-	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for %s; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. %d repeats of every point.\n\n",
-		o.Ranks, o.Duration, o.Repeats)
+	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for a window; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. %d repeats of every point. A run counts the TGBs completed inside its window, so the windows of 16 MiB TGBs are longer (and their producer counts stop at 16: 32 x 16 MiB in flight is more than this machine's store completes in a window).\n\n",
+		o.Ranks, o.IngestRepeats)
 	for _, payload := range o.Payloads {
 		pb := float64(payload)
 		t := Table{Header: []string{"series", "producers", "TGB/s", "MB/s", "p50 ms", "p99 ms", "attempts/commit", "TGBs/commit"}}
@@ -90,7 +92,8 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 			}
 		}
 		sec.printf("### %s TGBs\n\n%s\n", Bytes(pb), t.Markdown())
-		sec.printf("%s", rep.Stamp(fmt.Sprintf("%d ranks, payload %s per TGB, producers %s as goroutines, %s windows, %d repeats", o.Ranks, Bytes(pb), joinInts(o.Producers), o.Duration, o.Repeats)))
+		d, producers := ingestPlan(o, payload)
+		sec.printf("%s", rep.Stamp(fmt.Sprintf("%d ranks, payload %s per TGB, producers %s as goroutines, %s windows, %d repeats", o.Ranks, Bytes(pb), joinInts(producers), d, o.IngestRepeats)))
 		slug := strings.ToLower(Bytes(pb))
 		sec.figure("ingest-tgbs-"+slug+".png", tput)
 		sec.figure("ingest-p99-"+slug+".png", lat)
@@ -213,6 +216,22 @@ func (e *env) attemptsFigure(rep *Report, g *Group) {
 	rep.pending = append(rep.pending, NamedFigure{File: "dac-attempts.png", Figure: f}, NamedFigure{File: "dac-group.png", Figure: f2})
 }
 
+// ingestPlan is the window and the producer counts of payload's runs:
+// TGBs of 16 MiB and more get three windows' time and at most 16
+// producers.
+func ingestPlan(o *Options, payload int64) (time.Duration, []int) {
+	if payload < 16<<20 {
+		return o.Duration, o.Producers
+	}
+	var ps []int
+	for _, p := range o.Producers {
+		if p <= 16 {
+			ps = append(ps, p)
+		}
+	}
+	return 3 * o.Duration, ps
+}
+
 // dacOverTime runs section 2: long runs of dac, naive and fixed on s3.
 func (e *env) dacOverTime(ctx context.Context, rep *Report) error {
 	o := e.o
@@ -263,7 +282,7 @@ func (e *env) dacOverTime(ctx context.Context, rep *Report) error {
 	sec.figure("dac-time-tgbs.png", tf)
 	sec.figure("dac-time-p99.png", lf)
 	if len(rep.pending) > 0 {
-		sec.printf("Attempts per commit and TGBs per commit against the producer count, from the section 1 runs (%d repeats): as producers are added DAC should make commits larger rather than collide more.\n\n", o.Repeats)
+		sec.printf("Attempts per commit and TGBs per commit against the producer count, from the section 1 runs (%d repeats): as producers are added DAC should make commits larger rather than collide more.\n\n", o.IngestRepeats)
 		for _, f := range rep.pending {
 			sec.figure(f.File, f.Figure)
 		}

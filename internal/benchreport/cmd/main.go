@@ -22,7 +22,8 @@ func main() {
 	var sections, producers, payloads string
 	flag.StringVar(&o.OutDir, "out", "docs/bench", "directory for REPORT.md and the PNGs")
 	flag.StringVar(&o.BinDir, "bin", "bin", "directory of lakefs-produce and lakefs-mount")
-	flag.IntVar(&o.Repeats, "repeats", 3, "runs of every ingest and read point")
+	flag.IntVar(&o.Repeats, "repeats", 3, "runs of every read point")
+	flag.IntVar(&o.IngestRepeats, "ingest-repeats", 2, "runs of every ingest point")
 	flag.DurationVar(&o.Duration, "duration", time.Second, "measured window of one ingest run")
 	flag.DurationVar(&o.LongRun, "long-run", 20*time.Second, "length of each strategy's run in the DAC-over-time section")
 	flag.StringVar(&producers, "producers", "1,4,16,32", "producer counts of the ingest section")
