@@ -232,6 +232,11 @@ func (c *Cache) lruWait() {
 }
 
 func (c *Cache) getBuf(n int64) []byte {
+	if n < c.chunk/4 {
+		// A small block (a small rank's region) gets its own small buffer:
+		// a pooled chunk-sized one would hold a chunk of memory for it.
+		return make([]byte, n)
+	}
 	select {
 	case b := <-c.free:
 		return b[:n]

@@ -105,6 +105,7 @@ type Root struct {
 	log     *slog.Logger
 
 	steps  atomic.Pointer[gofs.Inode] // set in OnAdd
+	made   atomic.Int64               // step directory nodes made
 	notify sync.Mutex                 // serialises kernel notifications
 }
 
@@ -193,9 +194,35 @@ func (r *Root) Publish(s *Snapshot) {
 // notifications of reclaimed steps.
 const notifyPatience = time.Second
 
+// Metadata window: a node keeps the step directories (their file lists and
+// inodes) within StepWindow steps of the step directory it made last, and
+// lets go of the others every trimEvery new step directories: they leave
+// the inode tree and the kernel's dentry cache, and a later lookup builds
+// them again (the file lists are fetched again). So a reader moving through
+// a live window of thousands of steps, or a find over all of them, holds a
+// window of metadata, not the whole stream.
+const (
+	StepWindow = 64
+	trimEvery  = 16
+)
+
+// noteStep is called when a step directory node is made.
+func (r *Root) noteStep(n int64) {
+	if r.made.Add(1)%trimEvery != 0 {
+		return
+	}
+	go r.forget(func(s int64) bool { return s < n-StepWindow || s > n+StepWindow })
+}
+
 // forgetBelow removes the step directories below live from the tree and
 // the kernel's dentry cache.
 func (r *Root) forgetBelow(live int64) {
+	r.forget(func(s int64) bool { return s < live })
+}
+
+// forget removes the step directories drop selects from the tree and the
+// kernel's dentry cache.
+func (r *Root) forget(drop func(step int64) bool) {
 	steps := r.steps.Load()
 	if steps == nil {
 		return
@@ -204,12 +231,12 @@ func (r *Root) forgetBelow(live int64) {
 	defer r.notify.Unlock()
 	for name, ch := range steps.Children() {
 		n, ok := parseStep(name)
-		if !ok || n >= live {
+		if !ok || !drop(n) {
 			continue
 		}
 		steps.RmChild(name)
 		if errno := steps.NotifyDelete(name, ch); errno != 0 && errno != syscall.ENOENT {
-			r.log.Debug("kernel notification for a reclaimed step failed", "step", n, "errno", errno)
+			r.log.Debug("kernel notification for a dropped step failed", "step", n, "errno", errno)
 		}
 	}
 }
@@ -375,6 +402,7 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name, tree: newLazy(func(ctx context.Context) (*tree, error) {
 		return stepTree(ctx, s.r.packs, tgb, s.r.layout)
 	})}
+	s.r.noteStep(n)
 	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
@@ -416,7 +444,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, d.r.toErrno("lookup", d.path+"/"+name, err)
 	}
-	e := t.kids[name]
+	e := t.lookup(name)
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
@@ -448,10 +476,11 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.r.toErrno("readdir", d.path, err)
 	}
-	list := make([]fuse.DirEntry, len(t.names))
-	for i, name := range t.names {
+	names, isDir := t.list()
+	list := make([]fuse.DirEntry, len(names))
+	for i, name := range names {
 		mode := uint32(syscall.S_IFREG)
-		if t.kids[name].isDir() {
+		if isDir(name) {
 			mode = syscall.S_IFDIR
 		}
 		list[i] = fuse.DirEntry{Name: name, Mode: mode}

@@ -63,30 +63,35 @@ func TestStepTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"rank-0", "rank-1", "rank-2", "rank-3", "rank-4", "rank-5", "rank-6", "rank-7", "rank-8", "rank-9", "rank-10", "rank-11", "a", "z.json"}
-	if !slices.Equal(root.names, want) {
-		t.Errorf("step lists %v, want %v", root.names, want)
+	if names, _ := root.list(); !slices.Equal(names, want) {
+		t.Errorf("step lists %v, want %v", names, want)
 	}
 	// Listing the step fetched the shared files only: no rank is fetched
 	// before a reader looks into it.
 	if len(src.asked) != 1 || src.asked[-1] != 1 {
 		t.Fatalf("listing a step fetched %v, want only the shared files", src.asked)
 	}
-	r3, err := root.kids["rank-3"].lazy.get(ctx)
+	r3, err := root.lookup("rank-3").lazy.get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(r3.names, []string{"a.bin", "b.bin", "x"}) || !slices.Equal(r3.kids["x"].dir.names, []string{"10.bin", "2.bin"}) {
 		t.Errorf("rank-3 lists %v, x lists %v", r3.names, r3.kids["x"].dir.names)
 	}
-	if _, err := root.kids["rank-3"].lazy.get(ctx); err != nil || src.asked[3] != 1 || len(src.asked) != 2 {
+	if _, err := root.lookup("rank-3").lazy.get(ctx); err != nil || src.asked[3] != 1 || len(src.asked) != 2 {
 		t.Fatalf("after listing rank-3 twice: fetched %v (err %v), want rank 3 once", src.asked, err)
 	}
 	filtered, err := stepTree(ctx, src, tgb, layout{ranks: 12, shown: map[int]bool{3: true, 10: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(filtered.names, []string{"rank-3", "rank-10", "a", "z.json"}) {
-		t.Errorf("with ranks 3,10 the step lists %v", filtered.names)
+	if names, _ := filtered.list(); !slices.Equal(names, []string{"rank-3", "rank-10", "a", "z.json"}) || filtered.lookup("rank-4") != nil {
+		t.Errorf("with ranks 3,10 the step lists %v", names)
+	}
+	for _, bad := range []string{"rank-12", "rank-03", "rank--1", "rank-", "rank-1x"} {
+		if root.lookup(bad) != nil {
+			t.Errorf("%s found in a 12-rank step", bad)
+		}
 	}
 	// A view of 3 ranks over 12: rank-1 holds original ranks 4-7, each a
 	// directory named after it, fetched only when looked into.
@@ -94,10 +99,10 @@ func TestStepTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(view.names, []string{"rank-0", "rank-1", "rank-2", "a", "z.json"}) {
-		t.Errorf("view of 3 lists %v", view.names)
+	if names, _ := view.list(); !slices.Equal(names, []string{"rank-0", "rank-1", "rank-2", "a", "z.json"}) {
+		t.Errorf("view of 3 lists %v", names)
 	}
-	v1, err := view.kids["rank-1"].lazy.get(ctx)
+	v1, err := view.lookup("rank-1").lazy.get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,77 @@ type PackSource interface {
 	Pack(ctx context.Context, t *txn.TGB, r int) (*txn.Pack, error)
 }
 
-// tree is one directory's listing inside a step.
+// tree is one directory's listing inside a step. A step directory's rank
+// directories are not materialised: ranks names them from the layout, and
+// an entry is made for a rank only when it is looked up, so a step of
+// 1,024 ranks costs a node the ranks it reads.
 type tree struct {
-	names []string // listing order
+	names []string // listing order, after the ranks
 	kids  map[string]*treeEntry
+	ranks *rankSet // a step directory's ranks, or nil
+}
+
+// rankSet is the rank directories of one step directory.
+type rankSet struct {
+	src    PackSource
+	tgb    *txn.TGB
+	layout layout
+
+	mu   sync.Mutex
+	made map[int]*treeEntry // GUARDED_BY(mu)
+}
+
+// rankNames lists the shown rank directories in numeric order.
+func (rs *rankSet) names() []string {
+	var out []string
+	for r := range rs.layout.shownRanks() {
+		if rs.layout.shown == nil || rs.layout.shown[r] {
+			out = append(out, "rank-"+strconv.Itoa(r))
+		}
+	}
+	return out
+}
+
+func (rs *rankSet) lookup(name string) *treeEntry {
+	num, ok := strings.CutPrefix(name, "rank-")
+	if !ok {
+		return nil
+	}
+	r, err := strconv.Atoi(num)
+	if err != nil || r < 0 || r >= rs.layout.shownRanks() || strconv.Itoa(r) != num || (rs.layout.shown != nil && !rs.layout.shown[r]) {
+		return nil
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	e := rs.made[r]
+	if e == nil {
+		e = &treeEntry{lazy: rankTree(rs.src, rs.tgb, rs.layout, r), rank: r}
+		rs.made[r] = e
+	}
+	return e
+}
+
+// lookup returns the entry called name, or nil.
+func (t *tree) lookup(name string) *treeEntry {
+	if e := t.kids[name]; e != nil {
+		return e
+	}
+	if t.ranks != nil {
+		return t.ranks.lookup(name)
+	}
+	return nil
+}
+
+// list returns the listing: the rank directories, then the other names.
+func (t *tree) list() (names []string, isDir func(string) bool) {
+	if t.ranks != nil {
+		names = t.ranks.names()
+	}
+	names = append(names, t.names...)
+	return names, func(name string) bool {
+		e := t.kids[name]
+		return e == nil || e.isDir() // only rank directories are not in kids
+	}
 }
 
 // treeEntry is a file, a directory whose listing is known, or a directory
@@ -101,12 +168,7 @@ func (l layout) shownRanks() int {
 // listed or looked into, and the shared files when the step directory is.
 func stepTree(ctx context.Context, src PackSource, t *txn.TGB, l layout) (*tree, error) {
 	root := newTree()
-	for r := range l.shownRanks() {
-		if l.shown != nil && !l.shown[r] {
-			continue
-		}
-		root.add("rank-"+strconv.Itoa(r), &treeEntry{lazy: rankTree(src, t, l, r), rank: r})
-	}
+	root.ranks = &rankSet{src: src, tgb: t, layout: l, made: map[int]*treeEntry{}}
 	shared, err := src.Pack(ctx, t, -1)
 	if err != nil {
 		return nil, fmt.Errorf("step %d shared files: %w", t.Step, err)

@@ -2,6 +2,7 @@ package mount
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,8 +74,14 @@ func (x *metrics) register(m *mounted) {
 	)
 }
 
-func (x *metrics) server() *http.Server {
+// server serves /metrics and, when profiling, Go's /debug/pprof/ handlers.
+func (x *metrics) server(profiling bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }

@@ -95,8 +95,10 @@ type Options struct {
 	// store in benchmarks.
 	StoreLatency time.Duration
 	AllowOther   bool
-	Debug        bool // log every FUSE request
-	Logger       *slog.Logger
+	// Profiling serves Go's pprof handlers at MetricsAddr/debug/pprof/.
+	Profiling bool
+	Debug     bool // log every FUSE request
+	Logger    *slog.Logger
 	// Ready, if set, is called once the view is mounted and serving.
 	Ready func(Info)
 }
@@ -290,7 +292,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server()
+		srv := m.metrics.server(o.Profiling)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -417,15 +419,17 @@ func (m *mounted) pack(ctx context.Context, n int64, r int) (*txn.Pack, error) {
 
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
+	// Position first, then the wake-up: the poller decides its next
+	// interval from them.
 	m.lastRead.Store(time.Now().UnixNano())
-	if n >= m.view.Load().Next()-nearSteps {
-		m.view.Want() // a reader near the head: it will want the next step soon
-	}
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
-			return
+			break
 		}
+	}
+	if n >= m.view.Load().Next()-nearSteps {
+		m.view.Want() // a reader near the head: it will want the next step soon
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/lakestream/lakestream/fs"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -71,6 +72,7 @@ func (pl *packLoader) Pack(ctx context.Context, t *txn.TGB, r int) (*txn.Pack, e
 	if sp == nil || sp.tgb != t {
 		sp = &stepPacks{tgb: t, ranks: map[int]*loading{}}
 		pl.steps[t.Step] = sp
+		pl.trimLocked(t.Step)
 	}
 	ld, found := sp.ranks[r]
 	if !found {
@@ -193,6 +195,23 @@ func (pl *packLoader) index(ctx context.Context, sp *stepPacks) (*txn.Index, err
 		return nil, ld.err
 	}
 	return ld.val.(*txn.Index), nil
+}
+
+// trimLocked keeps the loader's memory a window: with more than
+// 2*fs.StepWindow+metaAhead steps held, it drops those outside
+// [n-StepWindow, n+StepWindow+metaAhead] (they are fetched again if asked
+// for). A load in flight finishes for its waiters either way.
+func (pl *packLoader) trimLocked(n int64) {
+	if len(pl.steps) <= 2*fs.StepWindow+metaAhead {
+		return
+	}
+	for s, sp := range pl.steps {
+		if s < n-fs.StepWindow || s > n+fs.StepWindow+metaAhead {
+			sp.ix = nil
+			delete(pl.steps, s)
+		}
+	}
+	pl.indexes = slices.DeleteFunc(pl.indexes, func(sp *stepPacks) bool { return pl.steps[sp.tgb.Step] != sp })
 }
 
 // forgetBelow drops what the loader holds of steps below live (reclaimed).

@@ -3,20 +3,23 @@ package txn
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 
 	"github.com/lakestream/lakestream/store"
 )
 
-// The index of a TGB object (format 2). Everything in it is JSON, one
-// object per line, so an operator can read it with a ranged GET and jq.
-// CRCs are 8 lowercase hex digits: fixed width, so the index's size is known
-// before the data is read, and the object can be streamed in one PUT whose
-// length is declared up front.
+// The index of a TGB object (format 2): a JSON section per region (its
+// files and chunk CRCs, one line each, readable with a ranged GET and jq),
+// then a binary table of fixed-size entries. Section CRCs are 8 lowercase
+// hex digits and the table's entries fixed-width, so the index's size is
+// known before the data is read, and the object can be streamed in one PUT
+// whose length is declared up front.
 const (
 	// smallIndex: an index up to this size is fetched whole (one GET for
 	// the table and every section); a larger one table first, then only
@@ -25,9 +28,16 @@ const (
 	// maxSection bounds one region's section (about 800,000 files): a
 	// reader refuses a larger one before allocating it.
 	maxSection = 64 << 20
-	// maxEntry bounds one table entry's JSON (five numbers of up to 19
-	// digits, a CRC and the names).
-	maxEntry = 160
+	// The table is binary, little-endian: a 16-byte header (magic
+	// "LSTB", the entry count, flags: bit 0 = the last entry is the shared
+	// files'), then one 32-byte entry per region (offset, size, section
+	// offset: uint64; section length, section CRC32C: uint32). Its size is
+	// a function of the rank count, and a reader finds rank r's entry
+	// without parsing the others.
+	tableMagic  = "LSTB"
+	tableHeader = 16
+	entrySize   = 32
+	flagShared  = 1
 )
 
 // hexCRC is a CRC32C written as exactly 8 lowercase hex digits.
@@ -66,17 +76,75 @@ type sectionFile struct {
 // entry locates one region and its section in the object (absolute
 // offsets).
 type entry struct {
-	Off  int64  `json:"off"`
-	Size int64  `json:"size"`
-	Sec  int64  `json:"sec"`
-	Len  int64  `json:"len"`
-	CRC  hexCRC `json:"crc"` // of the section's bytes
+	Off  int64
+	Size int64
+	Sec  int64
+	Len  int64
+	CRC  uint32 // of the section's bytes
 }
 
-// table is the last line of the object.
+// table is the end of the object: where each region and its section are.
 type table struct {
-	Ranks  []entry `json:"ranks"`
-	Shared *entry  `json:"shared,omitempty"`
+	Ranks  []entry
+	Shared *entry
+}
+
+// tableSize is the size of a table of n regions.
+func tableSize(n int) int64 { return tableHeader + int64(n)*entrySize }
+
+func (t *table) encode() []byte {
+	es := t.Ranks
+	var flags uint32
+	if t.Shared != nil {
+		es = append(es[:len(es):len(es)], *t.Shared)
+		flags |= flagShared
+	}
+	b := make([]byte, 0, tableSize(len(es)))
+	b = append(b, tableMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(es)))
+	b = binary.LittleEndian.AppendUint32(b, flags)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	for _, e := range es {
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.Off))
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.Size))
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.Sec))
+		b = binary.LittleEndian.AppendUint32(b, uint32(e.Len))
+		b = binary.LittleEndian.AppendUint32(b, e.CRC)
+	}
+	return b
+}
+
+// decodeTable parses a table; values that do not fit an int64 are refused.
+func decodeTable(b []byte) (table, error) {
+	var t table
+	if len(b) < tableHeader || string(b[:4]) != tableMagic {
+		return t, errors.New("not a table (no LSTB header)")
+	}
+	n := binary.LittleEndian.Uint32(b[4:])
+	flags := binary.LittleEndian.Uint32(b[8:])
+	if flags&^flagShared != 0 || binary.LittleEndian.Uint32(b[12:]) != 0 {
+		return t, fmt.Errorf("unknown table flags %#x", flags)
+	}
+	if int64(len(b)) != tableSize(int(n)) {
+		return t, fmt.Errorf("%d bytes for %d entries", len(b), n)
+	}
+	es := make([]entry, n)
+	for i := range es {
+		p := b[tableHeader+i*entrySize:]
+		off, size, sec := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]), binary.LittleEndian.Uint64(p[16:])
+		if off > math.MaxInt64 || size > math.MaxInt64 || sec > math.MaxInt64 {
+			return t, fmt.Errorf("entry %d out of range", i)
+		}
+		es[i] = entry{Off: int64(off), Size: int64(size), Sec: int64(sec), Len: int64(binary.LittleEndian.Uint32(p[24:])), CRC: binary.LittleEndian.Uint32(p[28:])}
+	}
+	t.Ranks = es
+	if flags&flagShared != 0 {
+		if n == 0 {
+			return t, errors.New("shared flag without entries")
+		}
+		t.Ranks, t.Shared = es[:n-1], &es[n-1]
+	}
+	return t, nil
 }
 
 func sectionOf(p *Pack) *section {
@@ -101,9 +169,6 @@ func (s *section) pack(key string, e entry) *Pack {
 	return p
 }
 
-// maxTable is the largest table a stream of ranks ranks can have.
-func maxTable(ranks int) int64 { return int64(ranks+1)*maxEntry + 64 }
-
 // validateObject checks a TGB's object reference in a version record or
 // snapshot: its key is a function of the TGB (no record can point at
 // another step's data, which gc would delete under that step), and its
@@ -116,7 +181,7 @@ func (t *TGB) validateObject(cfg *StreamConfig) error {
 	if want := ObjectKey(t.Producer, t.Epoch, t.Seq); o.Key != want {
 		return fmt.Errorf("step %d: object key %q, want %q", t.Step, o.Key, want)
 	}
-	if o.Data < 0 || o.Table < o.Data || o.Size <= o.Table || o.Size-o.Table > maxTable(cfg.Ranks) {
+	if n := o.Size - o.Table; o.Data < 0 || o.Table < o.Data || (n != tableSize(cfg.Ranks) && n != tableSize(cfg.Ranks+1)) {
 		return fmt.Errorf("step %d: object %s: data %d, table %d, size %d out of order or out of bounds", t.Step, o.Key, o.Data, o.Table, o.Size)
 	}
 	return nil
@@ -175,7 +240,7 @@ func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chun
 		off += w.entries[i].Len
 	}
 	w.table = off
-	w.size = off + int64(len(w.encodeTable()))
+	w.size = off + tableSize(len(w.entries))
 	return w, nil
 }
 
@@ -184,7 +249,7 @@ func (w *objectWriter) encodeTable() []byte {
 	if w.shared {
 		t.Ranks, t.Shared = w.entries[:len(w.entries)-1], &w.entries[len(w.entries)-1]
 	}
-	return encode(&t)
+	return t.encode()
 }
 
 func (w *objectWriter) Read(p []byte) (int, error) {
@@ -219,7 +284,7 @@ func (w *objectWriter) buildIndex() error {
 		if int64(len(sec)) != w.entries[i].Len {
 			return fmt.Errorf("internal: section %d is %d bytes, laid out as %d", i, len(sec), w.entries[i].Len)
 		}
-		w.entries[i].CRC = hexCRC(CRC32C(sec))
+		w.entries[i].CRC = CRC32C(sec)
 		buf.Write(sec)
 	}
 	tb := w.encodeTable()
@@ -310,7 +375,7 @@ func (l *Log) ReadIndex(ctx context.Context, t *TGB) (*Index, error) {
 	if got := CRC32C(tb); got != o.TableCRC {
 		return nil, fmt.Errorf("%w: object %s: table CRC32C %08x, the log says %08x", ErrCorrupt, o.Key, got, o.TableCRC)
 	}
-	if err := strictDecode(tb, &ix.table); err != nil {
+	if ix.table, err = decodeTable(tb); err != nil {
 		return nil, fmt.Errorf("%w: object %s: table: %v", ErrCorrupt, o.Key, err)
 	}
 	if err := ix.validate(t.Step); err != nil {
@@ -370,8 +435,8 @@ func (ix *Index) Pack(ctx context.Context, s store.Store, r int) (*Pack, error) 
 			return nil, err
 		}
 	}
-	if got := CRC32C(raw); got != uint32(e.CRC) {
-		return nil, fmt.Errorf("%w: object %s: section of region %d: CRC32C %08x, the table says %08x", ErrCorrupt, ix.obj.Key, r, got, uint32(e.CRC))
+	if got := CRC32C(raw); got != e.CRC {
+		return nil, fmt.Errorf("%w: object %s: section of region %d: CRC32C %08x, the table says %08x", ErrCorrupt, ix.obj.Key, r, got, e.CRC)
 	}
 	var sec section
 	if err := strictDecode(raw, &sec); err != nil {

@@ -224,8 +224,9 @@ func splitObject(t *testing.T, l *Log, tgb *TGB) *objIndex {
 	}
 	o := tgb.Object
 	ix := &objIndex{data: b[:o.Data]}
-	if err := json.Unmarshal(b[o.Table:], &ix.tb); err != nil {
-		t.Fatal(err)
+	var err2 error
+	if ix.tb, err2 = decodeTable(b[o.Table:]); err2 != nil {
+		t.Fatal(err2)
 	}
 	for _, e := range append(ix.tb.Ranks, *ix.tb.Shared) {
 		ix.secs = append(ix.secs, b[e.Sec:e.Sec+e.Len])
@@ -247,7 +248,7 @@ func (ix *objIndex) write(t *testing.T, l *Log, tgb *TGB, keepCRC bool) *TGB {
 		if i < len(es) {
 			es[i].Sec, es[i].Len = int64(buf.Len()), int64(len(s))
 			if !keepCRC {
-				es[i].CRC = hexCRC(CRC32C(s))
+				es[i].CRC = CRC32C(s)
 			}
 		}
 		buf.Write(s)
@@ -257,7 +258,7 @@ func (ix *objIndex) write(t *testing.T, l *Log, tgb *TGB, keepCRC bool) *TGB {
 		tb.Shared = &es[len(es)-1]
 	}
 	tableOff := int64(buf.Len())
-	tbBytes := encode(&tb)
+	tbBytes := tb.encode()
 	buf.Write(tbBytes)
 	if err := store.PutBytes(t.Context(), l.Store, tgb.Object.Key, buf.Bytes()); err != nil {
 		t.Fatal(err)
@@ -332,12 +333,12 @@ func TestCorruptIndex(t *testing.T) {
 		{"region outside the data", 1, func(ix *objIndex) *TGB {
 			c := ix.write(t, l, good, false)
 			b, _ := store.ReadAll(t.Context(), l.Store, c.Object.Key)
-			var tb table
-			if err := json.Unmarshal(b[c.Object.Table:], &tb); err != nil {
+			tb, err := decodeTable(b[c.Object.Table:])
+			if err != nil {
 				t.Fatal(err)
 			}
 			tb.Ranks[1].Size = 1 << 40
-			tbb := encode(&tb)
+			tbb := tb.encode()
 			b = append(b[:c.Object.Table], tbb...)
 			if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
 				t.Fatal(err)
@@ -348,12 +349,12 @@ func TestCorruptIndex(t *testing.T) {
 		{"section of 1 GB", 0, func(ix *objIndex) *TGB {
 			c := ix.write(t, l, good, false)
 			b, _ := store.ReadAll(t.Context(), l.Store, c.Object.Key)
-			var tb table
-			if err := json.Unmarshal(b[c.Object.Table:], &tb); err != nil {
+			tb, err := decodeTable(b[c.Object.Table:])
+			if err != nil {
 				t.Fatal(err)
 			}
 			tb.Ranks[0].Len = 1 << 30
-			tbb := encode(&tb)
+			tbb := tb.encode()
 			b = append(b[:c.Object.Table], tbb...)
 			if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
 				t.Fatal(err)
@@ -424,7 +425,7 @@ func FuzzIndex(f *testing.F) {
 	obj := buf.Bytes()
 	f.Add(obj[w.data:], w.table-w.data)
 	f.Add([]byte("{}\n"), int64(0))
-	f.Add([]byte(`{"ranks":[{"off":0,"size":1,"sec":0,"len":99999999999,"crc":"00000000"}]}`+"\n"), int64(0))
+	f.Add(append([]byte("LSTB\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"), make([]byte, 32)...), int64(0))
 	data := obj[:w.data]
 	f.Fuzz(func(t *testing.T, index []byte, tableAt int64) {
 		if tableAt < 0 || tableAt >= int64(len(index)) {

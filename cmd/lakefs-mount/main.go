@@ -92,6 +92,7 @@ func run(args []string) int {
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Hidden: true,
 				Usage: "add this latency to every data GET (benchmarks: simulate a remote store)"},
 			&cli.BoolFlag{Name: "allow-other", Value: true, Destination: &o.AllowOther, Usage: "let users other than the mounting one read"},
+			&cli.BoolFlag{Name: "pprof", Destination: &o.Profiling, Usage: "serve Go's pprof profiles at --metrics-addr/debug/pprof/"},
 			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
 		},
 		HideHelpCommand: true,

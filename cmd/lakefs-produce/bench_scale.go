@@ -14,6 +14,7 @@ import (
 type benchScaleOptions struct {
 	Store, Ranks, Mounts, MountBin   string
 	Files, FileSize, Steps, Versions int
+	ReadRanks                        int
 	Window                           time.Duration
 	JSON, Keep                       bool
 }
@@ -46,6 +47,7 @@ Example:
 			&cli.IntFlag{Name: "file-size", Value: 64, Destination: &o.FileSize, Usage: "bytes per file"},
 			&cli.IntFlag{Name: "steps", Value: 100, Destination: &o.Steps, Usage: "live steps N"},
 			&cli.IntFlag{Name: "versions", Value: 10000, Destination: &o.Versions, Usage: "log length V"},
+			&cli.IntFlag{Name: "read-ranks", Value: 1, Destination: &o.ReadRanks, Usage: "ranks one node reads (every file, every step) before its RSS is taken"},
 			&cli.StringFlag{Name: "mounts", Value: "10", Destination: &o.Mounts, Usage: "node counts K for the request-rate rows (\"\" for none)"},
 			&cli.DurationFlag{Name: "window", Value: 20 * time.Second, Destination: &o.Window, Usage: "measured time of each request-rate row"},
 			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
@@ -67,7 +69,7 @@ func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) erro
 		return usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
 	so := scale.Options{
-		StoreURL: o.Store, Files: o.Files, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
+		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
 		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{},
 	}
 	for _, r := range splitList(o.Ranks) {

@@ -56,6 +56,10 @@ type Options struct {
 	FileSize int   // bytes per file (default 64)
 	Steps    int   // live steps N (default 100)
 	Versions int   // log length V (default 10,000; at least Steps+1)
+	// ReadRanks is how many ranks the one-node measurement reads, every
+	// file of ranks 0..ReadRanks-1 of every step in step order, as a node
+	// serving that many GPUs does (default 1).
+	ReadRanks int
 	// Mounts are the node counts K for the request-rate rows (default 10;
 	// none with an empty, non-nil slice).
 	Mounts []int
@@ -78,19 +82,20 @@ type Row struct {
 	Steps    int    `json:"steps"`
 	Versions int    `json:"versions"`
 
-	RecordBytes    int     `json:"record_bytes,omitempty"`     // version record of one step
-	SnapshotBytes  int     `json:"snapshot_bytes,omitempty"`   // a step's share of a snapshot
-	SnapshotTotal  int     `json:"snapshot_total,omitempty"`   // the newest snapshot
-	ObjectBytes    int64   `json:"object_bytes,omitempty"`     // one step's data object
-	IndexBytes     int64   `json:"index_bytes,omitempty"`      // its index
-	WritesPerStep  float64 `json:"writes_per_step,omitempty"`  // PUTs + creates
-	LoadMs         float64 `json:"load_ms,omitempty"`          // Open + Load of the log
-	MountHeadMs    float64 `json:"mount_head_ms,omitempty"`    // lakefs-mount start -> head shown
-	MountRSSMiB    float64 `json:"mount_rss_mib,omitempty"`    // peak RSS after reading one rank
-	LsMsP50        float64 `json:"ls_ms_p50,omitempty"`        // ls of a rank directory, first time
-	LsMsMax        float64 `json:"ls_ms_max,omitempty"`        //
-	FindMs         float64 `json:"find_ms,omitempty"`          // find of one rank over all steps
-	ReadRankMBytes float64 `json:"read_rank_mbytes,omitempty"` // bytes read for the RSS figure
+	RecordBytes   int     `json:"record_bytes,omitempty"`    // version record of one step
+	SnapshotBytes int     `json:"snapshot_bytes,omitempty"`  // a step's share of a snapshot
+	SnapshotTotal int     `json:"snapshot_total,omitempty"`  // the newest snapshot
+	ObjectBytes   int64   `json:"object_bytes,omitempty"`    // one step's data object
+	IndexBytes    int64   `json:"index_bytes,omitempty"`     // its index
+	WritesPerStep float64 `json:"writes_per_step,omitempty"` // PUTs + creates
+	LoadMs        float64 `json:"load_ms,omitempty"`         // Open + Load of the log
+	MountHeadMs   float64 `json:"mount_head_ms,omitempty"`   // lakefs-mount start -> head shown
+	MountRSSMiB   float64 `json:"mount_rss_mib,omitempty"`   // peak RSS after reading one rank
+	LsMsP50       float64 `json:"ls_ms_p50,omitempty"`       // ls of a rank directory, first time
+	LsMsMax       float64 `json:"ls_ms_max,omitempty"`       //
+	FindMs        float64 `json:"find_ms,omitempty"`         // find of one rank over all steps
+	ReadRanks     int     `json:"read_ranks,omitempty"`      // ranks read for the RSS figure
+	ReadMBytes    float64 `json:"read_mbytes,omitempty"`     // bytes read for the RSS figure
 
 	Mounts          int     `json:"mounts,omitempty"`
 	ReqPerSec       float64 `json:"requests_per_s_per_mount,omitempty"`
@@ -118,6 +123,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Steps == 0 {
 		o.Steps = 100
+	}
+	if o.ReadRanks == 0 {
+		o.ReadRanks = 1
 	}
 	if o.Versions == 0 {
 		o.Versions = 10_000
@@ -433,7 +441,7 @@ func peakRSS(pid int) float64 {
 
 // measureMount starts one lakefs-mount (all ranks shown, default flags),
 // times it to the head, lists rank directories, finds one rank over every
-// step and reads every file of rank 0, then takes its peak RSS.
+// step and reads every file of ReadRanks ranks, then takes its peak RSS.
 func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State, row *Row) error {
 	head, _ := st.Head()
 	start := time.Now()
@@ -478,23 +486,25 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	if files != len(st.Steps)*o.Files {
 		return fmt.Errorf("find saw %d files of rank 0, want %d", files, len(st.Steps)*o.Files)
 	}
-	// Read every file of rank 0.
+	// Read every file of ranks 0..ReadRanks-1, step by step.
 	var n int64
 	for _, t := range st.Steps {
-		dir := filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-0")
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		for r := range min(o.ReadRanks, row.Ranks) {
+			dir := filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
+			ents, err := os.ReadDir(dir)
 			if err != nil {
 				return err
 			}
-			n += int64(len(b))
+			for _, e := range ents {
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					return err
+				}
+				n += int64(len(b))
+			}
 		}
 	}
-	row.ReadRankMBytes = float64(n) / 1e6
+	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
 	row.MountRSSMiB = peakRSS(m.cmd.Process.Pid)
 	return nil
 }
@@ -699,12 +709,12 @@ func (p *printer) row(r Row) {
 	}
 	if r.Kind == "stream" {
 		if !p.hdr["stream"] {
-			fmt.Fprintln(p.tw, "ranks\tfiles/rank\tsteps\tversions\trecord B\tsnapshot B/step\tsnapshot B\tobject B\tindex B\twrites/step\tload ms\tmount head ms\tls ms p50/max\tfind ms\tmount RSS MiB\t")
+			fmt.Fprintln(p.tw, "ranks\tfiles/rank\tsteps\tversions\trecord B\tsnapshot B/step\tsnapshot B\tobject B\tindex B\twrites/step\tload ms\tmount head ms\tls ms p50/max\tfind ms\tmount RSS MiB (ranks read)\t")
 			p.hdr["stream"] = true
 		}
-		fmt.Fprintf(p.tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f/%.1f\t%.0f\t%.1f\t\n",
+		fmt.Fprintf(p.tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f/%.1f\t%.0f\t%.1f (%d)\t\n",
 			r.Ranks, r.Files, r.Steps, r.Versions, r.RecordBytes, r.SnapshotBytes, r.SnapshotTotal, r.ObjectBytes, r.IndexBytes,
-			r.WritesPerStep, r.LoadMs, r.MountHeadMs, r.LsMsP50, r.LsMsMax, r.FindMs, r.MountRSSMiB)
+			r.WritesPerStep, r.LoadMs, r.MountHeadMs, r.LsMsP50, r.LsMsMax, r.FindMs, r.MountRSSMiB, r.ReadRanks)
 	} else {
 		if !p.hdr["mounts"] {
 			p.tw.Flush()
