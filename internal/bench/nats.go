@@ -135,34 +135,60 @@ func natsProduce(ctx context.Context, nc *nats.Conn, id string, parts [][]byte, 
 	}
 	sctx, cancel := stopContext(ctx, stop)
 	defer cancel()
-	futures := make([]jetstream.PubAckFuture, len(parts))
 	for seq := 1; ; seq++ {
 		t0 := time.Now()
-		for r, p := range parts {
-			f, err := js.PublishAsync(fmt.Sprintf("tgb.%s.%d.%d", id, seq, r), p)
-			if err != nil {
-				if sctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("nats publish: %w", err)
-			}
-			futures[r] = f
-		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				if sctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("nats ack: %w", err)
-			case <-sctx.Done():
+		if err := natsPublishTGB(sctx, js, fmt.Sprintf("tgb.%s.%d", id, seq), parts); err != nil {
+			if sctx.Err() != nil {
 				return nil
 			}
+			return err
 		}
 		now := time.Now()
 		emit(event{Kind: "commit", Producer: id, Commit: natsCommit(t0, now)})
 	}
+}
+
+// natsPublishTGB publishes one message per part and waits for every ack.
+// A part the server refuses with 429 (too many requests: JetStream's
+// bound on pending writes) is published again after a pause, as a client
+// under back-pressure would.
+func natsPublishTGB(ctx context.Context, js jetstream.JetStream, subject string, parts [][]byte) error {
+	futures := make([]jetstream.PubAckFuture, len(parts))
+	publish := func(r int) error {
+		f, err := js.PublishAsync(fmt.Sprintf("%s.%d", subject, r), parts[r])
+		if err != nil {
+			return fmt.Errorf("nats publish: %w", err)
+		}
+		futures[r] = f
+		return nil
+	}
+	for r := range parts {
+		if err := publish(r); err != nil {
+			return err
+		}
+	}
+	for r := 0; r < len(parts); {
+		select {
+		case <-futures[r].Ok():
+			r++
+		case err := <-futures[r].Err():
+			var api *jetstream.APIError
+			if !errors.As(err, &api) || api.Code != 429 {
+				return fmt.Errorf("nats ack: %w", err)
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := publish(r); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // natsCommit is an acked TGB as the recorder counts a commit: one TGB, one

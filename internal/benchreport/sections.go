@@ -52,14 +52,19 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 				}
 				rows = append(rows, got...)
 				if err != nil {
-					return err
+					if ctx.Err() != nil {
+						return err
+					}
+					// The other points still say something.
+					rep.Notes = append(rep.Notes, fmt.Sprintf("Ingest, %s %s, %s TGBs, repeat %d failed (its later points are missing): %v",
+						r.store, r.strategies, Bytes(float64(payload)), i+1, err))
 				}
 			}
 		}
 	}
 	g := GroupRows(rows, "strategy", "store", "producers", "payload_bytes")
 	sec := &Section{Title: "Ingestion vs producers"}
-	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for a window; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. %d repeats of every point. A run counts the TGBs completed inside its window, so the windows of 16 MiB TGBs are longer (and their producer counts stop at 16: 32 x 16 MiB in flight is more than this machine's store completes in a window).\n\n",
+	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for a window; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. JetStream answers a burst of large writes with 429 (too many requests); the NATS producer re-publishes such a part after 10 ms, as a client under back-pressure would. %d repeats of every point. A run counts the TGBs completed inside its window, so the windows of 16 MiB TGBs are longer (and their producer counts stop at 16: 32 x 16 MiB in flight is more than this machine's store completes in a window).\n\n",
 		o.Ranks, o.IngestRepeats)
 	for _, payload := range o.Payloads {
 		pb := float64(payload)
