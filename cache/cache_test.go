@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -460,5 +461,98 @@ func TestPrefetchFollowsOpenedRanks(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if f := c.Stats().BytesFetched; f != want {
 		t.Fatalf("%d bytes fetched after opening rank 0 of step 1, want %d", f, want)
+	}
+}
+
+// breakingStore streams ranges (store.RangeStreamer) and breaks the first
+// stream off after `after` bytes with a transient error.
+type breakingStore struct {
+	*countingStore
+	after int64
+	once  atomic.Bool
+}
+
+func (s *breakingStore) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	b, err := s.GetRange(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if s.once.CompareAndSwap(false, true) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(b[:s.after]), errReader{})), nil
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+
+// TestPrefetchRunBrokenStream: a run's GET that breaks off mid-block
+// keeps the blocks it delivered whole and fetches the rest one block per
+// GET; the reader gets the right bytes and nothing is fetched twice
+// except the block that broke.
+func TestPrefetchRunBrokenStream(t *testing.T) {
+	s := &breakingStore{countingStore: newCounting(), after: 2*testChunk + 100}
+	c := newTestCache(t, s, 256*testChunk)
+	st := makeSteps(t, s, 1, 8*testChunk)
+	pk, _ := st.get(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
+	// The run, then blocks 2..7 alone.
+	waitUntil(t, func() bool { return s.gets.Load() == 7 })
+	buf := make([]byte, pk[0].Size)
+	if _, err := c.ReadAt(ctx, pk[0], buf, 0); err != nil || !bytes.Equal(buf, st.data[0]) {
+		t.Fatalf("%v or wrong bytes", err)
+	}
+	if g, f := s.gets.Load(), c.Stats().BytesFetched; g != 7 || f != 8*testChunk+100 {
+		t.Errorf("%d GETs, %d bytes fetched; want 7 and %d", g, f, 8*testChunk+100)
+	}
+}
+
+// TestPrefetchRanksAtTheirOwnPace: two ranks read in order, one far
+// ahead of the other (more than 2P+2 steps); every block of both is
+// fetched once: the slow rank's opens neither move the position back nor
+// drop the fast rank's prefetched steps.
+func TestPrefetchRanksAtTheirOwnPace(t *testing.T) {
+	const n, depth = 20, 2
+	s := newCounting()
+	c := newTestCache(t, s, 512*testChunk)
+	st := makeSteps(t, s, n, 2*testChunk) // rank 0
+	st.extra = map[int64]map[int]*txn.Pack{}
+	data1 := map[int64][]byte{}
+	for i := range int64(n) {
+		pk, b := putPack(t, s, fmt.Sprintf("data/p/1/%d/rank-1.pack", i), 2*testChunk, uint64(100+i))
+		st.extra[i], data1[i] = map[int]*txn.Pack{1: pk}, b
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: depth, Committed: st.committed, Pack: st.pack})
+	read := func(step int64, rank int) {
+		t.Helper()
+		p.Touch(step, rank)
+		pk, want := st.packs[step], st.data[step]
+		if rank == 1 {
+			pk, want = st.extra[step][1], data1[step]
+		}
+		buf := make([]byte, pk.Size)
+		if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, want) {
+			t.Fatalf("step %d rank %d: %v or wrong bytes", step, rank, err)
+		}
+	}
+	// Rank 0 runs 10 steps ahead, then both go on in lock step.
+	for i := range int64(10) {
+		read(i, 0)
+	}
+	for i := range int64(n - 10) {
+		read(10+i, 0)
+		read(i, 1)
+	}
+	for i := int64(n - 10); i < n; i++ {
+		read(i, 1)
+	}
+	if m := s.maxPerBlock(); m != 1 {
+		t.Errorf("a block was fetched %d times, want once", m)
 	}
 }

@@ -36,12 +36,15 @@ type PrefetchOptions struct {
 // flight, staged, cached or read recently are skipped, so nothing is
 // fetched twice.
 //
-// The reader's position is the highest step touched (it moves back only on
-// a jump of more than 2P+2 steps, e.g. a job restarted from a
-// checkpoint). A job prefetches one step; it is dropped, cancelling its
+// The reader's position is the highest step touched (it moves back only
+// when a rank is opened more than 2P+2 steps below its own last step, e.g.
+// a job restarted from a checkpoint; a rank more than 2P+2 steps behind
+// the position is read without prefetch). A job prefetches one step; it is dropped, cancelling its
 // GETs and freeing its unread blocks, once its step falls outside
-// [position-P-2, position+P] or is reclaimed: the slack below the position
-// lets several workers read neighbouring steps at once.
+// [lowest-P-2, position+P] or is reclaimed, where lowest is the newest
+// step of the slowest active rank: the slack below lets several workers
+// read neighbouring steps at once, and readers of different ranks move at
+// their own pace.
 type Prefetcher struct {
 	// Dependencies and constant data.
 	c         *Cache
@@ -114,10 +117,19 @@ func (p *Prefetcher) Touch(n int64, rank int) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if at, seen := p.ranks[rank]; !seen || n > at {
+	// The position moves back only when a reader jumps back (a job
+	// restarted from a checkpoint): a rank opened far below its own last
+	// step. A rank slower than the others, or first opened far below the
+	// position, does not move it (it is read without prefetch while it is
+	// more than 2P+2 steps behind), or the faster ranks' jobs would be
+	// dropped and fetched again.
+	far := int64(2*p.depth + 2)
+	at, seen := p.ranks[rank]
+	back := seen && n < at-far
+	if !seen || n > at || back {
 		p.ranks[rank] = n
 	}
-	if !p.hasPos || n > p.pos || n < p.pos-int64(2*p.depth+2) {
+	if !p.hasPos || n > p.pos || back {
 		p.pos, p.hasPos = n, true
 	}
 	p.reconcileLocked(n)
@@ -153,12 +165,12 @@ func (p *Prefetcher) Depth() int {
 // activeRanksLocked are the ranks touched recently enough to prefetch, in
 // order.
 func (p *Prefetcher) activeRanksLocked() []int {
+	// Ranks below stay in p.ranks (at most one entry per rank of the
+	// stream), so that a slow reader's next open is not taken for a jump.
 	var rs []int
 	for r, at := range p.ranks {
 		if at >= p.pos-int64(2*p.depth+2) {
 			rs = append(rs, r)
-		} else {
-			delete(p.ranks, r)
 		}
 	}
 	slices.Sort(rs)
@@ -168,13 +180,19 @@ func (p *Prefetcher) activeRanksLocked() []int {
 // reconcileLocked starts jobs for steps from..from+P inside the window,
 // adds newly opened ranks to the jobs there, and drops the jobs outside it.
 func (p *Prefetcher) reconcileLocked(from int64) {
+	ranks := p.activeRanksLocked()
+	// The window starts below the slowest active rank, not the position:
+	// readers of different ranks move at their own pace, and a job dropped
+	// under a slower reader would have its blocks fetched twice.
 	lo, hi := p.pos-int64(p.depth)-2, p.pos+int64(p.depth)
+	for _, r := range ranks {
+		lo = min(lo, p.ranks[r]-int64(p.depth)-2)
+	}
 	for s, j := range p.jobs {
 		if s < lo || s > hi || !p.committed(s) {
 			p.dropLocked(j) // out of the window, or reclaimed
 		}
 	}
-	ranks := p.activeRanksLocked()
 	started := false
 	for s := max(from, lo); s <= min(from+int64(p.depth), hi); s++ {
 		if j := p.jobs[s]; j != nil {

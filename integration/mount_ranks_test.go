@@ -96,6 +96,13 @@ func TestMountViewRanks(t *testing.T) {
 		var hb txn.Heartbeat
 		return err == nil && json.Unmarshal(b, &hb) == nil && hb.ViewRanks == 2
 	})
+	rep, err := txn.StreamStatus(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Consumers) != 1 || rep.Consumers[0].ViewRanks != 2 {
+		t.Fatalf("status shows consumers %+v, want one with view_ranks 2", rep.Consumers)
+	}
 }
 
 // TestMountFetchesOnlyOpenedRanks: with default flags (every rank shown)

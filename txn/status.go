@@ -65,6 +65,10 @@ type ConsumerReport struct {
 	Lag  *int64    `json:"lag"` // head - step
 	Time time.Time `json:"time"`
 	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout
+	// Ranks the node shows (nil: all), of its view when ViewRanks > 0
+	// (lakefs-mount --view-ranks).
+	Ranks     []int `json:"ranks,omitempty"`
+	ViewRanks int   `json:"view_ranks,omitempty"`
 }
 
 // StreamStatus summarises the stream's newest state.
@@ -119,7 +123,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
 	}
 	for _, h := range cons {
-		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout}
+		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout, Ranks: h.Ranks, ViewRanks: h.ViewRanks}
 		if h.Step != nil && r.Head != nil {
 			lag := *r.Head - *h.Step
 			c.Lag = &lag

@@ -21,6 +21,7 @@ func benchCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			benchIngestCommand(),
 			benchScaleCommand(),
+			benchReadCommand(),
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   "ingest-worker",

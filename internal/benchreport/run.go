@@ -229,10 +229,3 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-func joinSizes(xs []int64) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = Bytes(float64(x))
-	}
-	return strings.Join(s, ",")
-}
