@@ -428,3 +428,34 @@ func TestLargeBatchBoundedMemory(t *testing.T) {
 		t.Fatalf("uploading a 1 GiB batch grew the heap by %d MiB: data is being buffered", grew>>20)
 	}
 }
+
+// TestReusedNameWithNewContentRejected: a writer that restarts its numbering
+// seals new data under a committed name. The new data is never deleted: it
+// moves to _rejected with a reason; only the committed content is removed.
+func TestReusedNameWithNewContentRejected(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	batch(t, e.staging, "b002")
+	e.run(t, "p")
+	write(t, filepath.Join(e.staging, "b001"), map[string]string{
+		"rank-0/a.bin": "new data", "rank-1/a.bin": "new", stage.Sealed: "",
+	})
+	batch(t, e.staging, "b002")                                                                    // same content
+	write(t, filepath.Join(e.staging, "b002"), map[string]string{"meta.json": `{"batch":"b00X"}`}) // same size, other bytes
+	rejected := e.run(t, "p")
+	for _, n := range []string{"b001", "b002"} {
+		if !strings.Contains(rejected[n], "already committed as step") {
+			t.Fatalf("%s: reason %q", n, rejected[n])
+		}
+	}
+	if !strings.Contains(rejected["b002"], "CRC32C") {
+		t.Fatalf("b002: reason %q does not name the CRC", rejected["b002"])
+	}
+	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "b001", "rank-0", "a.bin"))
+	if err != nil || string(b) != "new data" {
+		t.Fatalf("new data lost: %q %v", b, err)
+	}
+	if steps := e.steps(t); len(steps) != 2 {
+		t.Fatalf("steps %v", steps)
+	}
+}
