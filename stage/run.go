@@ -62,6 +62,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	unlock, err := o.Tree.Lock(o.ProducerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := o.Tree.Sweep(); err != nil {
 		return fmt.Errorf("sweeping the staging tree: %w", err)
 	}

@@ -28,6 +28,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -313,4 +315,41 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// LockFile is the file in the staging directory a running producer holds
+// an exclusive flock on: a staging directory belongs to one producer, or
+// two would commit the same batches twice and remove each other's.
+const LockFile = "_lock"
+
+// ErrLocked classifies a staging directory held by another producer.
+var ErrLocked = errors.New("staging directory in use")
+
+// Lock takes the staging directory for producer id until unlock is called
+// (or the process dies: the kernel drops a flock with its holder). The
+// holder's id and pid are written into the lock file so a refused producer
+// can name it.
+func (t *Tree) Lock(id string) (unlock func(), err error) {
+	p := filepath.Join(t.Dir, LockFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking staging directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(f, 256))
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: staging directory %s is held by %s; stop that producer, or give this one its own staging directory",
+				ErrLocked, t.Dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("locking staging directory %s: %w", p, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(fmt.Sprintf("producer %s (pid %d)\n", id, os.Getpid())), 0)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("writing %s: %w", p, err)
+		}
+	}
+	return func() { f.Close() }, nil
 }

@@ -222,7 +222,7 @@ func TestCommittedBatchRemovedNotRecommitted(t *testing.T) {
 		t.Fatalf("steps %v", steps)
 	}
 	left, _ := os.ReadDir(e.staging)
-	if len(left) != 0 {
+	if len(left) != 1 || left[0].Name() != stage.LockFile {
 		t.Fatalf("staging not empty: %v", left)
 	}
 }
@@ -457,5 +457,34 @@ func TestReusedNameWithNewContentRejected(t *testing.T) {
 	}
 	if steps := e.steps(t); len(steps) != 2 {
 		t.Fatalf("steps %v", steps)
+	}
+}
+
+// TestSecondProducerRefused: a staging directory belongs to one producer;
+// a second one (another id) is refused, naming the holder, and commits
+// nothing.
+func TestSecondProducerRefused(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tree.Lock("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stage.Run(t.Context(), stage.RunOptions{Store: e.store, Log: e.log, Tree: tree, ProducerID: "second", Once: true})
+	want := fmt.Sprintf("producer first (pid %d)", os.Getpid())
+	if !errors.Is(err, stage.ErrLocked) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second producer: %v, want ErrLocked naming %q", err, want)
+	}
+	if steps := e.steps(t); len(steps) != 0 {
+		t.Fatalf("the refused producer committed %v", steps)
+	}
+	unlock()
+	e.run(t, "second")
+	if steps := e.steps(t); len(steps) != 1 {
+		t.Fatalf("after the holder left: steps %v", steps)
 	}
 }
