@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -55,7 +56,9 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 		return err
 	}
 	now := time.Now
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Now: now})
+	// The report below says everything; gc's own log lines would be a
+	// second, unstructured copy of it.
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Now: now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

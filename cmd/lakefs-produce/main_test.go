@@ -148,3 +148,69 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("status without a stream: %d %q", code, stderr)
 	}
 }
+
+// TestRunOnceReportsEachBatch: run --once prints what became of each batch
+// and exits 1 when any was rejected; a reused name with new content is
+// rejected, not deleted.
+func TestRunOnceReportsEachBatch(t *testing.T) {
+	url := "file://" + t.TempDir()
+	staging := t.TempDir()
+	t.Setenv("LAKEFS_STORE", url)
+	if code, _, stderr := invoke(t, "init", "--ranks", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	stageBatch(t, staging, "a", 2)
+	stageBatch(t, staging, "b", 2)
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 0 || out != "a -> step 0\nb -> step 1\n" {
+		t.Fatalf("run: %d %q %s", code, out, stderr)
+	}
+	stageBatch(t, staging, "c", 2)
+	stageBatch(t, staging, "a", 2) // the same name again, different content below
+	if err := os.WriteFile(filepath.Join(staging, "a", "rank-0", "x.bin"), []byte("new data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 1 || !strings.Contains(out, "a rejected: batch \"a\" was already committed as step 0") ||
+		!strings.Contains(out, "c -> step 2\n") || !strings.Contains(stderr, "1 of 2 batches rejected") {
+		t.Fatalf("run with a reused name: %d %q %q", code, out, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(staging, "_rejected", "a", "rank-0", "x.bin")); string(b) != "new data" {
+		t.Fatalf("the new data of the reused name: %q %v", b, err)
+	}
+}
+
+// TestUserMistakes: each mistake gets one line and the right exit status,
+// and creates nothing.
+func TestUserMistakes(t *testing.T) {
+	good := "file://" + t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--store", good, "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	missing := filepath.Join(t.TempDir(), "typo")
+	cases := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"init", "--store", "mem://x", "--ranks", "1"}, 2, "mem:// store lives only as long as one process"},
+		{[]string{"run", "--store", good, "--staging", t.TempDir(), "--producer-id", "bad id"}, 2, "producer id \"bad id\""},
+		{[]string{"checkpoint", "--store", good, "--step", "-5"}, 2, "--step -5: steps are numbered from 0"},
+		{[]string{"checkpoint", "--store", good}, 2, "--step S is required"},
+		{[]string{"status", "--store", "file://" + missing}, 1, ""},
+		{[]string{"verify", "--store", "file://" + missing}, 1, ""},
+	}
+	for _, c := range cases {
+		code, _, stderr := invoke(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line saying %q", c.args, code, stderr, c.code, c.says)
+		}
+	}
+	if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+		t.Errorf("read-only commands on a mistyped path created %s: %v", missing, err)
+	}
+	code, out, stderr := invoke(t, "gc", "--store", good)
+	if code != 0 || stderr != "" || !strings.HasPrefix(out, "deleted ") {
+		t.Errorf("gc: %d, stdout %q, stderr %q (want the report only)", code, out, stderr)
+	}
+}
