@@ -34,6 +34,9 @@ type StatusReport struct {
 	// measures from (null when nothing reports): a producer run with
 	// --max-lead M holds its uploads while Lead.Steps > M.
 	Lead *LeadReport `json:"lead"`
+	// GCHeldBy are the live consumers below ReclaimTarget: gc reclaims only
+	// below the slowest of them unless forced.
+	GCHeldBy []ConsumerHold `json:"gc_held_by"`
 }
 
 // LeadReport is the producers' lead over the slowest reader.
@@ -103,6 +106,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	}
 	if t, ok := ReclaimTarget(st); ok {
 		r.ReclaimTarget = &t
+		if t > st.LiveFrom {
+			r.GCHeldBy, _ = ConsumerHolds(cons, min(t, st.NextStep()), time.Now())
+		}
+	}
+	if r.GCHeldBy == nil {
+		r.GCHeldBy = []ConsumerHold{}
 	}
 	last := map[string]int64{}
 	for _, t := range st.Steps {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // invoke runs the command in-process and returns its exit status and output.
@@ -212,5 +213,46 @@ func TestUserMistakes(t *testing.T) {
 	code, out, stderr := invoke(t, "gc", "--store", good)
 	if code != 0 || stderr != "" || !strings.HasPrefix(out, "deleted ") {
 		t.Errorf("gc: %d, stdout %q, stderr %q (want the report only)", code, out, stderr)
+	}
+}
+
+// TestGCHeldByLiveMount: gc does not reclaim the step a live mount reads;
+// it says so, status shows it, and --force reclaims anyway.
+func TestGCHeldByLiveMount(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LAKEFS_STORE", "file://"+dir)
+	staging := t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--ranks", "1", "--retain-checkpoints", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, b := range []string{"a", "b", "c", "d"} {
+		stageBatch(t, staging, b, 1)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p", "--once"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := invoke(t, "checkpoint", "--step", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	hb, _ := json.Marshal(map[string]any{"node_id": "host-a", "step": 1, "time": time.Now()})
+	if err := os.MkdirAll(filepath.Join(dir, "_consumers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "_consumers", "host-a.json"), hb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := invoke(t, "status")
+	if code != 0 || !strings.Contains(out, "below step 1 by consumer host-a at step 1") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	code, out, stderr := invoke(t, "gc")
+	if code != 0 || stderr != "" || !strings.Contains(out, "held back: checkpoints allow reclaiming below step 3, but consumer host-a at step 1 still read there; reclaiming only below step 1") ||
+		!strings.Contains(out, "reclaimed 1 steps (below step 1)") {
+		t.Fatalf("gc: %d %q %q", code, out, stderr)
+	}
+	code, out, stderr = invoke(t, "gc", "--force")
+	if code != 0 || !strings.Contains(out, "forced: reclaiming below step 3 although consumer host-a at step 1") ||
+		!strings.Contains(out, "reclaimed 2 steps (below step 3)") {
+		t.Fatalf("gc --force: %d %q %q", code, out, stderr)
 	}
 }

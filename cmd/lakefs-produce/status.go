@@ -72,6 +72,9 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	}
 	fmt.Fprintf(w, "checkpoints\t%s (retain %d; reclaimable below %s)\n", orNone(strings.Join(cps, " ")), r.RetainCheckpoints, opt(r.ReclaimTarget))
 	fmt.Fprintf(w, "pending deletes\t%d objects\n", r.PendingDeletes)
+	if len(r.GCHeldBy) > 0 {
+		fmt.Fprintf(w, "gc held\tbelow step %d by %s (gc --force reclaims anyway)\n", r.GCHeldBy[0].Step, holders(r.GCHeldBy))
+	}
 	if r.Lead != nil {
 		fmt.Fprintf(w, "lead\t%d steps ahead of %s at step %d (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, r.Lead.Base)
 	}
