@@ -42,9 +42,6 @@ const RejectedDir = "_rejected"
 // Reason is the file in a rejected batch that says why.
 const Reason = "_REASON"
 
-// MaxName bounds a file's path inside its rank (or the shared files).
-const MaxName = 255
-
 // ErrInvalid classifies a sealed batch that must be rejected; the message is
 // the reason.
 var ErrInvalid = errors.New("invalid batch")
@@ -98,7 +95,9 @@ func (t *Tree) SealedBatches() ([]string, error) {
 		if strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || !e.IsDir() {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(t.Dir, n, Sealed)); err == nil {
+		// Only a regular file seals: a directory named _SEALED is a
+		// writer's mistake, not its promise that the batch is complete.
+		if fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed)); err == nil && fi.Mode().IsRegular() {
 			names = append(names, n)
 		}
 	}
@@ -127,6 +126,9 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 		if strings.HasPrefix(n, "_") {
 			continue
 		}
+		if strings.HasPrefix(n, "rank-") && !e.IsDir() {
+			return nil, invalid("%s is a %s, not a directory: names rank-N at the top of a batch are rank directories; rename it", n, entryKind(e.Type()))
+		}
 		if strings.HasPrefix(n, "rank-") {
 			r, err := strconv.Atoi(strings.TrimPrefix(n, "rank-"))
 			if err != nil || r < 0 || strconv.Itoa(r) != strings.TrimPrefix(n, "rank-") {
@@ -134,9 +136,6 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 			}
 			if r >= ranks {
 				return nil, invalid("extra rank directory %q: the stream has %d ranks (rank-0 .. rank-%d)", n, ranks, ranks-1)
-			}
-			if !e.IsDir() || e.Type()&fs.ModeSymlink != 0 {
-				return nil, invalid("%s is not a directory", n)
 			}
 			files, err := walk(p, "")
 			if err != nil {
@@ -210,6 +209,16 @@ func walkEntry(p, name string, e fs.DirEntry) ([]File, error) {
 	}
 }
 
+func entryKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeSymlink != 0:
+		return "symlink"
+	case t.IsRegular():
+		return "file"
+	}
+	return kind(t)
+}
+
 func kind(t fs.FileMode) string {
 	switch {
 	case t&fs.ModeNamedPipe != 0:
@@ -222,17 +231,10 @@ func kind(t fs.FileMode) string {
 	return "special file"
 }
 
-// checkName enforces the names a TGB may carry: no "..", at most MaxName
-// bytes, and what the manifest accepts.
-func checkName(name string) error {
-	switch {
-	case strings.Contains(name, ".."):
-		return fmt.Errorf("name %q contains \"..\"", name)
-	case len(name) > MaxName:
-		return fmt.Errorf("name %.40q... is %d bytes, over the %d-byte limit", name, len(name), MaxName)
-	}
-	return txn.ValidateName(name)
-}
+// checkName enforces the names a TGB may carry, as docs/FORMAT.md states
+// them (txn.ValidateName): a ".." element, not ".." inside a name, is what
+// is dangerous, and the limits are 255 bytes per element, 4096 in all.
+func checkName(name string) error { return txn.ValidateName(name) }
 
 // Batch converts b to the producer API's form; cursor is the batch name.
 func (b *Batch) Batch() txn.Batch {
