@@ -29,7 +29,8 @@ type StatusReport struct {
 	ReclaimTarget     *int64           `json:"reclaim_target"` // LiveFrom the checkpoints allow
 	PendingDeletes    int              `json:"pending_deletes"`
 	Consumers         []ConsumerReport `json:"consumers"`
-	Time              time.Time        `json:"time"` // of the newest version
+	Time              *time.Time       `json:"time"` // of the newest version; null before the first
+
 	// Lead is how far the next step is ahead of what back-pressure
 	// measures from (null when nothing reports): a producer run with
 	// --max-lead M holds its uploads while Lead.Steps > M.
@@ -90,9 +91,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		DataBytes:         st.LiveBytes(),
 		StreamID:          l.Config.StreamID,
 		RetainCheckpoints: st.Config.RetainCheckpoints,
-		Time:              st.Time,
 		Producers:         []ProducerReport{},
 		Consumers:         []ConsumerReport{},
+	}
+	if !st.Time.IsZero() {
+		t := st.Time
+		r.Time = &t
 	}
 	for _, pd := range st.Pending {
 		r.PendingDeletes += len(pd.Keys)

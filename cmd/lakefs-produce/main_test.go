@@ -256,3 +256,21 @@ func TestGCHeldByLiveMount(t *testing.T) {
 		t.Fatalf("gc --force: %d %q %q", code, out, stderr)
 	}
 }
+
+// TestEmptyStreamStatus: a stream with nothing committed shows none / null,
+// never the zero time.
+func TestEmptyStreamStatus(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, out, _ := invoke(t, "status")
+	if code != 0 || strings.Contains(out, "0001-01-01") || !strings.Contains(out, "none (nothing committed yet)") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	code, out, _ = invoke(t, "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["time"] != nil {
+		t.Fatalf("status --json: %d %s", code, out)
+	}
+}
