@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -147,11 +146,11 @@ func (o *Options) setDefaults() error {
 		o.ReadAhead = DefaultReadAhead
 	}
 	if o.NodeID == "" {
-		h, err := os.Hostname()
+		id, err := defaultNodeID(o.Mountpoint)
 		if err != nil {
-			return fmt.Errorf("no --node-id and no hostname (%v); pass --node-id", err)
+			return err
 		}
-		o.NodeID = h
+		o.NodeID = id
 	}
 	if err := validateNodeID(o.NodeID); err != nil {
 		return err
@@ -198,6 +197,9 @@ func Run(ctx context.Context, o Options) error {
 	l, err := txn.Open(ctx, st)
 	if err != nil {
 		return fmt.Errorf("opening the stream at %s: %w", redact(o.Store), err)
+	}
+	if err := checkNodeIDFree(ctx, st, o.NodeID, time.Now()); err != nil {
+		return err
 	}
 	for _, r := range o.Ranks {
 		if r < 0 || r >= l.Config.Ranks {

@@ -73,7 +73,7 @@ func run(args []string) int {
 			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
 			&cli.DurationFlag{Name: "poll-interval", Value: mount.DefaultPollInterval, Destination: &o.PollInterval,
 				Usage: "how often to check the manifest log for new steps"},
-			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this node's name in _consumers/<node-id>.json (default: hostname)"},
+			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this mount's name in _consumers/<node-id>.json (default: host name plus a hash of the mount point); a second live mount with the same id is refused"},
 			&cli.DurationFlag{Name: "heartbeat-interval", Value: mount.DefaultHeartbeatInterval, Destination: &o.HeartbeatInterval,
 				Usage: "how often to write the heartbeat"},
 			&cli.StringFlag{Name: "read-ahead", Value: "4MiB", Destination: &readAhead, Usage: "kernel read-ahead of the mount"},
