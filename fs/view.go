@@ -61,6 +61,12 @@ type View struct {
 	// step, and each waiting its own --wait would multiply it.
 	waitMu    sync.Mutex
 	deadlines map[int64]time.Time // GUARDED_BY(waitMu)
+
+	// Demand, for a publisher that polls only when someone waits: wanted
+	// (capacity 1) is signalled when a lookup asks for a step past the
+	// head; waiting counts lookups blocked in WaitStep.
+	wanted  chan struct{}
+	waiting atomic.Int32
 }
 
 // deadline is the end of the wait for step n: that of a wait still running
@@ -94,7 +100,7 @@ type published struct {
 
 // NewView returns a view showing s.
 func NewView(s *Snapshot) *View {
-	v := &View{}
+	v := &View{wanted: make(chan struct{}, 1)}
 	v.cur.Store(&published{snap: s, changed: make(chan struct{})})
 	return v
 }
@@ -115,6 +121,22 @@ func (v *View) Publish(s *Snapshot) *Snapshot {
 // fails at once instead of waiting again.
 const shareAfter = time.Second
 
+// Wanted is signalled when a lookup asks for a step that is not committed
+// yet: the publisher should look for new versions now.
+func (v *View) Wanted() <-chan struct{} { return v.wanted }
+
+// Waiting reports whether a lookup is blocked waiting for a step.
+func (v *View) Waiting() bool { return v.waiting.Load() > 0 }
+
+// Want signals Wanted: a reader wants the newest state (a step past the
+// head, the head itself, a fresh listing).
+func (v *View) Want() {
+	select {
+	case v.wanted <- struct{}{}:
+	default:
+	}
+}
+
 // errNotCommitted: a step that is not committed (or was reclaimed) was
 // looked up. It maps to ENOENT.
 var errNotCommitted = fmt.Errorf("step is not committed or was reclaimed: %w", errNoEntry)
@@ -131,7 +153,11 @@ func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB
 		if t, ok := p.snap.Step(n); ok {
 			return t, nil
 		}
-		if n < p.snap.LiveFrom || d <= 0 {
+		if n < p.snap.LiveFrom {
+			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
+		}
+		v.Want()
+		if d <= 0 {
 			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
 		}
 		if deadline == nil {
@@ -142,6 +168,8 @@ func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB
 			t := time.NewTimer(time.Until(dl))
 			defer t.Stop()
 			deadline = t.C
+			v.waiting.Add(1)
+			defer v.waiting.Add(-1)
 		}
 		select {
 		case <-p.changed:

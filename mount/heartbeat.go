@@ -44,7 +44,7 @@ func (m *mounted) writeHeartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	snap := m.view.Load()
-	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, PID: os.Getpid()}
+	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, ViewRanks: m.opts.ViewRanks, PID: os.Getpid()}
 	hb.Host, _ = os.Hostname()
 	if h := m.highest.Load(); h >= 0 {
 		hb.Step = &h

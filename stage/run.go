@@ -281,6 +281,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 		return nil
 	}
 	logged, failures := false, 0
+	var wait time.Duration
 	for {
 		err := r.refreshLead(ctx)
 		if errors.Is(err, txn.ErrCorrupt) {
@@ -314,15 +315,24 @@ func (r *runner) holdBack(ctx context.Context) error {
 		}
 		r.event(BatchEvent{Waiting: why})
 		r.maybeGC(ctx)
-		if err := sleepCtx(ctx, max(r.Poll, 200*time.Millisecond)); err != nil {
+		// Heartbeats move every 10 s and a reclaim is rare: while held,
+		// look again at a pace that grows to holdPoll, so a thousand held
+		// producers do not list thousands of heartbeats several times a
+		// second.
+		wait = min(max(wait*2, r.Poll, 200*time.Millisecond), holdPoll)
+		if err := sleepCtx(ctx, wait); err != nil {
 			return err
 		}
-		r.consumersAt = time.Time{} // waiting: look at the consumers again
 	}
 }
 
-// consumerPoll bounds how often heartbeats are reread while not waiting.
-const consumerPoll = 2 * time.Second
+// consumerPoll bounds how often heartbeats (one GET per consumer) are
+// reread: no more often than mounts write them; holdPoll bounds how
+// often a held producer looks at the log and the heartbeats again.
+const (
+	consumerPoll = 10 * time.Second // a mount writes its heartbeat every 10 s
+	holdPoll     = 2 * time.Second
+)
 
 func (r *runner) refreshLead(ctx context.Context) error {
 	if r.leadState == nil {

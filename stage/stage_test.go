@@ -255,8 +255,12 @@ func TestStagedBytesCommitted(t *testing.T) {
 	tgb := st.Steps[0]
 	want := map[string]string{"rank-0/a.bin": "b001/0/a", "rank-0/sub/b.bin": "b001/0/b", "rank-1/a.bin": "b001/1/a", "meta.json": `{"batch":"b001"}`}
 	got := map[string]string{}
+	ranks, shared, err := e.log.Packs(context.Background(), tgb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	read := func(prefix string, p *txn.Pack) {
-		data, err := store.ReadAll(context.Background(), e.store, p.Key)
+		data, err := e.store.GetRange(context.Background(), p.Key, p.Off, p.Size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,9 +271,9 @@ func TestStagedBytesCommitted(t *testing.T) {
 			got[prefix+f.Name] = string(data[f.Off : f.Off+f.Size])
 		}
 	}
-	read("rank-0/", tgb.Ranks[0])
-	read("rank-1/", tgb.Ranks[1])
-	read("", tgb.Shared)
+	read("rank-0/", ranks[0])
+	read("rank-1/", ranks[1])
+	read("", shared)
 	if len(got) != len(want) {
 		t.Fatalf("files %v", got)
 	}

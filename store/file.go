@@ -85,6 +85,23 @@ func (s *fileStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 }
 
 func (s *fileStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	rc, err := s.GetRangeStream(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		if !errors.Is(err, ErrRange) {
+			err = classify("get range", key, err)
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// GetRangeStream implements RangeStreamer: a section of the open file.
+func (s *fileStore) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := checkRange(key, off, n); err != nil {
 		return nil, err
 	}
@@ -99,23 +116,30 @@ func (s *fileStore) GetRange(ctx context.Context, key string, off, n int64) ([]b
 	if err != nil {
 		return nil, classify("get range", key, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, classify("get range", key, err)
 	}
 	if st.IsDir() {
+		f.Close()
 		return nil, fmt.Errorf("file get range %s: %w", key, ErrNotFound)
 	}
 	if off+n > st.Size() {
+		f.Close()
 		return nil, rangeErr("file", key, off, n, st.Size())
 	}
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		return nil, classify("get range", key, err)
-	}
-	return buf, nil
+	return &exactReader{r: sectionFile{io.NewSectionReader(f, off, n), f}, left: n, errLine: func(got int64) error {
+		return rangeErr("file", key, off, n, off+got)
+	}}, nil
 }
+
+type sectionFile struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s sectionFile) Close() error { return s.f.Close() }
 
 func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
 	p, err := s.path(key)

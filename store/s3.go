@@ -285,6 +285,21 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 }
 
 func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	rc, err := s.GetRangeStream(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// GetRangeStream implements RangeStreamer: the response body, read into
+// the caller's buffers.
+func (s *s3Store) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -297,7 +312,7 @@ func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byt
 		if _, err := s.Stat(ctx, key); err != nil {
 			return nil, err
 		}
-		return []byte{}, nil
+		return io.NopCloser(bytes.NewReader(nil)), nil
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: &s.bucket,
@@ -307,19 +322,30 @@ func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byt
 	if err != nil {
 		return nil, s.classify(ctx, "get range", key, err)
 	}
-	defer out.Body.Close()
 	// S3 answers a range that runs past the end with the bytes that exist:
-	// a short read means the caller asked past the end.
-	buf := make([]byte, n)
-	got, err := io.ReadFull(out.Body, buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+int64(got), ErrRange)
-	}
-	if err != nil {
-		return nil, s.classify(ctx, "get range", key, err)
-	}
-	return buf, nil
+	// a short stream means the caller asked past the end.
+	return &exactReader{r: &s3Body{s: s, ctx: ctx, key: key, body: out.Body}, left: n, errLine: func(got int64) error {
+		return fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+got, ErrRange)
+	}}, nil
 }
+
+// s3Body classifies errors of a GET's body as the call's errors are.
+type s3Body struct {
+	s    *s3Store
+	ctx  context.Context
+	key  string
+	body io.ReadCloser
+}
+
+func (b *s3Body) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && err != io.EOF {
+		err = b.s.classify(b.ctx, "get range", b.key, err)
+	}
+	return n, err
+}
+
+func (b *s3Body) Close() error { return b.body.Close() }
 
 func (s *s3Store) Stat(ctx context.Context, key string) (Info, error) {
 	if err := ValidateKey(key); err != nil {

@@ -288,9 +288,7 @@ func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
 func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]string, int64, error) {
 	live := map[string]bool{}
 	for _, t := range st.Steps {
-		for _, p := range t.Packs() {
-			live[p.Key] = true
-		}
+		live[t.Object.Key] = true
 	}
 	for _, pd := range st.Pending {
 		for _, k := range pd.Keys {

@@ -113,9 +113,7 @@ func gcStepKeys(st *txn.State, below int64) []string {
 	var keys []string
 	for _, tgb := range st.Steps {
 		if tgb.Step < below {
-			for _, p := range tgb.Packs() {
-				keys = append(keys, p.Key)
-			}
+			keys = append(keys, tgb.Object.Key)
 		}
 	}
 	return keys
@@ -175,10 +173,14 @@ func gcExactlyOnce(t *testing.T, l *txn.Log, st *txn.State, id string, n uint64)
 		if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
 			t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
 		}
-		for r, p := range tgb.Ranks {
+		ranks, shared, err := l.Packs(t.Context(), tgb)
+		if err != nil {
+			t.Fatalf("step %d: %v", tgb.Step, err)
+		}
+		for r, p := range ranks {
 			checkPack(t, l, p, [][]byte{payload(id, tgb.Seq, r, 0), payload(id, tgb.Seq, r, 1)})
 		}
-		checkPack(t, l, tgb.Shared, [][]byte{payload(id, tgb.Seq, -1, 0)})
+		checkPack(t, l, shared, [][]byte{payload(id, tgb.Seq, -1, 0)})
 	}
 	if head, ok := st.Head(); !ok || uint64(head-l.Config.FirstStep+1) != n {
 		t.Fatalf("head %d (ok %v), want %d TGBs", head, ok, n)

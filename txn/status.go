@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-
-	"github.com/lakestream/lakestream/store"
 )
 
 // StatusReport is `lakefs-produce status --json`. Field names are a
@@ -71,6 +69,10 @@ type ConsumerReport struct {
 	Lag  *int64    `json:"lag"` // head - step
 	Time time.Time `json:"time"`
 	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout
+	// Ranks the node shows (nil: all), of its view when ViewRanks > 0
+	// (lakefs-mount --view-ranks).
+	Ranks     []int `json:"ranks,omitempty"`
+	ViewRanks int   `json:"view_ranks,omitempty"`
 }
 
 // StreamStatus summarises the stream's newest state.
@@ -134,7 +136,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
 	}
 	for _, h := range cons {
-		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout}
+		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout, Ranks: h.Ranks, ViewRanks: h.ViewRanks}
 		if h.Step != nil && r.Head != nil {
 			lag := *r.Head - *h.Step
 			c.Lag = &lag
@@ -171,38 +173,53 @@ func Verify(ctx context.Context, l *Log, parallel int) (*VerifyReport, error) {
 		return nil, err
 	}
 	rep := &VerifyReport{Version: st.Version, Steps: int64(len(st.Steps)), Problems: []Problem{}}
-	var packs []*Pack
-	for _, t := range st.Steps {
-		packs = append(packs, t.Packs()...)
-	}
-	rep.Objects = len(packs)
-	problems := make([]*Problem, len(packs))
+	rep.Objects = len(st.Steps)
+	problems := make([][]Problem, len(st.Steps))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(parallel, 1))
-	for i, p := range packs {
-		rep.Bytes += p.Size
+	for i, t := range st.Steps {
+		rep.Bytes += t.Object.Size
 		g.Go(func() error {
-			data, err := store.ReadAll(gctx, l.Store, p.Key)
-			switch {
-			case gctx.Err() != nil:
-				return gctx.Err()
-			case err != nil:
-				problems[i] = &Problem{p.Key, fmt.Sprintf("unreadable: %v", err)}
-			default:
-				if err := VerifyPack(p, data, l.Config.ChunkSize); err != nil {
-					problems[i] = &Problem{p.Key, err.Error()}
-				}
-			}
-			return nil
+			problems[i] = l.verifyObject(gctx, t)
+			return gctx.Err()
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	for _, p := range problems {
-		if p != nil {
-			rep.Problems = append(rep.Problems, *p)
-		}
+	for _, ps := range problems {
+		rep.Problems = append(rep.Problems, ps...)
 	}
 	return rep, nil
+}
+
+// verifyObject checks one TGB's object: its size, its index, and every
+// region's chunk and file CRCs, one region in memory at a time.
+func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
+	key := t.Object.Key
+	info, err := l.Store.Stat(ctx, key)
+	if err != nil {
+		return []Problem{{key, fmt.Sprintf("unreadable: %v", err)}}
+	}
+	if info.Size != t.Object.Size {
+		return []Problem{{key, fmt.Sprintf("%d bytes, the log says %d", info.Size, t.Object.Size)}}
+	}
+	ranks, shared, err := l.Packs(ctx, t)
+	if err != nil {
+		return []Problem{{key, err.Error()}}
+	}
+	if shared != nil {
+		ranks = append(ranks, shared)
+	}
+	var out []Problem
+	for _, p := range ranks {
+		data, err := l.Store.GetRange(ctx, key, p.Off, p.Size)
+		if err == nil {
+			err = VerifyPack(p, data, l.Config.ChunkSize)
+		}
+		if err != nil {
+			out = append(out, Problem{key, err.Error()})
+		}
+	}
+	return out
 }

@@ -20,6 +20,8 @@ func benchCommand() *cli.Command {
 		Usage: "benchmarks",
 		Subcommands: []*cli.Command{
 			benchIngestCommand(),
+			benchScaleCommand(),
+			benchReadCommand(),
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   "ingest-worker",

@@ -35,8 +35,27 @@ func stageBatch(t *testing.T, staging, name string, ranks int) {
 	}
 }
 
+// dirBytes is the size of the files under dir.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		n += info.Size()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestCommandsEndToEnd(t *testing.T) {
-	url := "file://" + t.TempDir()
+	root := t.TempDir()
+	url := "file://" + root
 	staging := t.TempDir()
 	t.Setenv("LAKEFS_STORE", url)
 
@@ -84,8 +103,8 @@ func TestCommandsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Head == nil || *s.Head != 12 || s.FirstStep != 10 || s.Ranks != 2 || s.Live.Count != 3 || *s.Live.From != 10 ||
-		len(s.Producers) != 1 || s.Producers[0].Cursor != "c" || s.Producers[0].Seq != 3 || s.DataBytes != 6 {
-		t.Fatalf("status: %s", out)
+		len(s.Producers) != 1 || s.Producers[0].Cursor != "c" || s.Producers[0].Seq != 3 || s.DataBytes != dirBytes(t, filepath.Join(root, "data")) {
+		t.Fatalf("status: %s (data/ holds %d bytes)", out, dirBytes(t, filepath.Join(root, "data")))
 	}
 	if code, out, _ := invoke(t, "verify"); code != 0 || !strings.Contains(out, "0 problems") {
 		t.Fatalf("verify: %d %s", code, out)
