@@ -60,9 +60,6 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 	if u.Host == "" || u.Opaque != "" {
 		return nil, bad("names no bucket", "use s3://bucket/prefix")
 	}
-	if err := checkBucketName(u.Host); err != nil {
-		return nil, bad(err.Error(), "bucket names are 3-63 characters of a-z, 0-9, '.' and '-', beginning and ending with a letter or digit")
-	}
 	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
 	for k, vs := range u.Query() {
 		v := vs[len(vs)-1]
@@ -95,6 +92,9 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 		if err := ValidateKey(o.Prefix); err != nil {
 			return nil, bad("has an invalid prefix", "use s3://bucket/clean/prefix without '..' or '//'")
 		}
+	}
+	if err := checkBucketName(o.Bucket); err != nil {
+		return nil, bad(err.Error(), "bucket names are 3-63 characters of a-z, 0-9, '.' and '-', beginning and ending with a letter or digit")
 	}
 	return OpenS3(ctx, o)
 }
