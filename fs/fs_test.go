@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -185,7 +186,24 @@ func TestWaitStep(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(20*time.Millisecond, cancel)
-	if _, err := v.WaitStep(cctx, 9, time.Minute); !errors.Is(err, context.Canceled) {
+	if _, err := v.WaitStep(cctx, 10, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted wait: %v", err)
+	}
+}
+
+// TestWaitStepOneDeadlinePerOperation: the lookups one operation makes of a
+// future step (ls: stat, then open) share one deadline: the second fails
+// when the first does, instead of waiting --wait again.
+func TestWaitStepOneDeadlinePerOperation(t *testing.T) {
+	v := NewView(&Snapshot{Steps: nil})
+	const d = 300 * time.Millisecond
+	start := time.Now()
+	_, err1 := v.WaitStep(t.Context(), 5, d)
+	_, err2 := v.WaitStep(t.Context(), 5, d)
+	if !errors.Is(err1, errNoEntry) || !errors.Is(err2, errNoEntry) || !strings.Contains(err2.Error(), "one deadline") {
+		t.Fatalf("lookups: %v; %v", err1, err2)
+	}
+	if took := time.Since(start); took >= 2*d {
+		t.Fatalf("two lookups of one step waited %s, want one --wait of %s", took, d)
 	}
 }

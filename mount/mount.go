@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -170,11 +169,11 @@ func (o *Options) setDefaults() error {
 		o.ReadAhead = DefaultReadAhead
 	}
 	if o.NodeID == "" {
-		h, err := os.Hostname()
+		id, err := defaultNodeID(o.Mountpoint)
 		if err != nil {
-			return fmt.Errorf("no --node-id and no hostname (%v); pass --node-id", err)
+			return err
 		}
-		o.NodeID = h
+		o.NodeID = id
 	}
 	if err := validateNodeID(o.NodeID); err != nil {
 		return err
@@ -228,6 +227,9 @@ func Run(ctx context.Context, o Options) error {
 			return Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
 		}
 		shown = o.ViewRanks
+	}
+	if err := checkNodeIDFree(ctx, st, o.NodeID, time.Now()); err != nil {
+		return err
 	}
 	for _, r := range o.Ranks {
 		if r < 0 || r >= shown {

@@ -34,12 +34,10 @@ func NewFile(dir string) (Store, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: store directory %q is relative; use an absolute path (file:///abs/dir)", ErrInvalid, dir)
 	}
+	// Nothing is created until the first write: a read-only command on a
+	// mistyped path must leave nothing behind.
 	root := filepath.Clean(dir)
-	tmp := filepath.Join(root, reservedDir)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, fmt.Errorf("file store %s: %w", root, err)
-	}
-	return &fileStore{root: root, tmp: tmp}, nil
+	return &fileStore{root: root, tmp: filepath.Join(root, reservedDir)}, nil
 }
 
 func openFile(u *url.URL, raw string) (Store, error) {
@@ -172,8 +170,13 @@ func (s *fileStore) writeTemp(ctx context.Context, r io.Reader, size int64) (str
 	_, _ = rand.Read(rnd[:])
 	p := filepath.Join(s.tmp, hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(s.tmp, 0o755); err == nil {
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("file store %s: %w", s.root, err)
 	}
 	ok := false
 	defer func() {

@@ -164,6 +164,10 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	return p, nil
 }
 
+// ValidateProducerID checks a producer id before anything is opened, so a
+// command can report a bad one as a usage error.
+func ValidateProducerID(id string) error { return validateProducerID(id) }
+
 func validateProducerID(id string) error {
 	if id == "" || len(id) > 128 || id == "." || id == ".." {
 		return fmt.Errorf("producer id %q must be 1-128 characters of [A-Za-z0-9._-]", id)

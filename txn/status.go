@@ -27,11 +27,15 @@ type StatusReport struct {
 	ReclaimTarget     *int64           `json:"reclaim_target"` // LiveFrom the checkpoints allow
 	PendingDeletes    int              `json:"pending_deletes"`
 	Consumers         []ConsumerReport `json:"consumers"`
-	Time              time.Time        `json:"time"` // of the newest version
+	Time              *time.Time       `json:"time"` // of the newest version; null before the first
+
 	// Lead is how far the next step is ahead of what back-pressure
 	// measures from (null when nothing reports): a producer run with
 	// --max-lead M holds its uploads while Lead.Steps > M.
 	Lead *LeadReport `json:"lead"`
+	// GCHeldBy are the live consumers below ReclaimTarget: gc reclaims only
+	// below the slowest of them unless forced.
+	GCHeldBy []ConsumerHold `json:"gc_held_by"`
 }
 
 // LeadReport is the producers' lead over the slowest reader.
@@ -89,9 +93,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		DataBytes:         st.LiveBytes(),
 		StreamID:          l.Config.StreamID,
 		RetainCheckpoints: st.Config.RetainCheckpoints,
-		Time:              st.Time,
 		Producers:         []ProducerReport{},
 		Consumers:         []ConsumerReport{},
+	}
+	if !st.Time.IsZero() {
+		t := st.Time
+		r.Time = &t
 	}
 	for _, pd := range st.Pending {
 		r.PendingDeletes += len(pd.Keys)
@@ -105,6 +112,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	}
 	if t, ok := ReclaimTarget(st); ok {
 		r.ReclaimTarget = &t
+		if t > st.LiveFrom {
+			r.GCHeldBy, _ = ConsumerHolds(cons, min(t, st.NextStep()), time.Now())
+		}
+	}
+	if r.GCHeldBy == nil {
+		r.GCHeldBy = []ConsumerHold{}
 	}
 	last := map[string]int64{}
 	for _, t := range st.Steps {

@@ -90,7 +90,7 @@ func run(args []string) int {
 				Usage: "how often to check the manifest log for new steps while a reader waits for one or reads near the head"},
 			&cli.DurationFlag{Name: "idle-poll-interval", Value: mount.DefaultIdlePollInterval, Destination: &o.IdlePollInterval,
 				Usage: "how often to check it otherwise (idle or lagging readers)"},
-			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this node's name in _consumers/<node-id>.json (default: hostname)"},
+			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this mount's name in _consumers/<node-id>.json (default: host name plus a hash of the mount point); a second live mount with the same id is refused"},
 			&cli.DurationFlag{Name: "heartbeat-interval", Value: mount.DefaultHeartbeatInterval, Destination: &o.HeartbeatInterval,
 				Usage: "how often to write the heartbeat"},
 			&cli.StringFlag{Name: "read-ahead", Value: "4MiB", Destination: &readAhead, Usage: "kernel read-ahead of the mount"},
