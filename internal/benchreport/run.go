@@ -228,4 +228,3 @@ func joinInts(xs []int) string {
 	}
 	return strings.Join(s, ",")
 }
-
