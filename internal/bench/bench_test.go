@@ -37,7 +37,7 @@ func parseRows(t *testing.T, out []byte) []Row {
 			t.Fatalf("line %q: %v", line, err)
 		}
 		for _, k := range []string{"strategy", "producers", "payload_bytes", "tgbs_per_s", "mb_per_s",
-			"attempts_per_commit", "tgbs_per_commit", "p50_ms", "p99_ms"} {
+			"attempts_per_commit", "tgbs_per_commit", "p50_ms", "p99_ms", "e2e_p50_ms", "e2e_p99_ms"} {
 			if _, ok := fields[k]; !ok {
 				t.Fatalf("line %q has no %q", line, k)
 			}
@@ -56,9 +56,9 @@ func checkSane(t *testing.T, r Row) {
 	if r.TGBsPerS <= 0 || r.MBPerS <= 0 || r.TGBs <= 0 {
 		t.Errorf("%+v: nothing was written", r)
 	}
-	if r.Strategy == RawPut {
-		if r.Commits != 0 || r.AttemptsPerCommit != 0 {
-			t.Errorf("%+v: raw-put reports commits", r)
+	if baseline(r.Strategy) {
+		if r.Commits != 0 || r.AttemptsPerCommit != 0 || r.E2EP99Ms != 0 {
+			t.Errorf("%+v: a baseline reports commits", r)
 		}
 		return
 	}
@@ -69,6 +69,10 @@ func checkSane(t *testing.T, r Row) {
 	if r.P50Ms < 0 || r.P99Ms <= 0 || r.P99Ms < r.P50Ms {
 		t.Errorf("%+v: latency percentiles", r)
 	}
+	// Upload start -> visible contains durable -> visible.
+	if r.E2EP99Ms <= 0 || r.E2EP99Ms < r.E2EP50Ms || r.E2EP50Ms < r.P50Ms || r.E2EP99Ms < r.P99Ms {
+		t.Errorf("%+v: e2e latency percentiles", r)
+	}
 	if r.TGBsPerCommit > float64(r.TGBs) || float64(r.Commits) > float64(r.TGBs) {
 		t.Errorf("%+v: more commits than TGBs", r)
 	}
@@ -78,17 +82,17 @@ func TestIngestMem(t *testing.T) {
 	var out bytes.Buffer
 	err := Ingest(t.Context(), IngestOptions{
 		StoreURL: "mem://bench", Producers: []int{2}, Payloads: []int64{4096}, Duration: 500 * time.Millisecond,
-		Strategies: []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms"}, Drain: 200 * time.Millisecond,
+		Strategies: []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms", PlainPut}, Drain: 200 * time.Millisecond,
 		JSON: true, Logger: quiet,
 	}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := parseRows(t, out.Bytes())
-	if len(rows) != 5 {
-		t.Fatalf("%d rows, want 5:\n%s", len(rows), out.String())
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6:\n%s", len(rows), out.String())
 	}
-	for i, want := range []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms"} {
+	for i, want := range []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms", PlainPut} {
 		r := rows[i]
 		if r.Strategy != want || r.Producers != 2 || r.PayloadBytes != 4096 || r.Ranks != 2 {
 			t.Errorf("row %d: %+v", i, r)
@@ -166,13 +170,13 @@ func TestProcesses(t *testing.T) {
 	var out bytes.Buffer
 	err := Ingest(t.Context(), IngestOptions{
 		StoreURL: "file://" + dir, Producers: []int{2}, Payloads: []int64{8192}, Duration: 500 * time.Millisecond,
-		Strategies: []string{"dac", RawPut}, JSON: true, Processes: true, WorkerCommand: []string{os.Args[0]}, Logger: quiet,
+		Strategies: []string{"dac", RawPut, PlainPut}, JSON: true, Processes: true, WorkerCommand: []string{os.Args[0]}, Logger: quiet,
 	}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := parseRows(t, out.Bytes())
-	if len(rows) != 2 {
+	if len(rows) != 3 {
 		t.Fatalf("%d rows:\n%s", len(rows), out.String())
 	}
 	for _, r := range rows {
