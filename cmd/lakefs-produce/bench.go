@@ -56,9 +56,10 @@ MB/s, commit attempts per commit, TGBs per commit, the p50/p99 latency
 from "data durable" to "step visible" and (E2E) from "upload started" to
 "step visible". raw-put writes the same bytes with the store's Puts and no
 commits: the store's limit; plain-put writes them without our store layer
-(one SDK PutObject per part on s3://, a write and fsync per file on file://). --store-latency adds a delay
-to every store call, so a local store behaves like a remote one. --versions
-N runs until the log has N versions and prints a row per --duration window.`,
+(one SDK PutObject per part on s3://, a write and fsync per file on
+file://). --store-latency adds a delay to every store call, so a local
+store behaves like a remote one. --versions N runs until the log has N
+versions and prints a row per --duration window.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "producers", Value: "1,4,16", Destination: &o.Producers, Usage: "producer counts"},
