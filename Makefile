@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench clean
+.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench soak seaweedfs clean
 
 all: build
 
@@ -37,6 +37,18 @@ unit: tools
 lint: fmt-check vet staticcheck
 
 test: lint unit
+
+# The chaos run for SOAK (default 20m) of faults on versitygw, then on
+# SeaweedFS (built by scripts/seaweedfs.sh on first use, ~6 min); each prints
+# a summary table (faults by kind, steps, bytes, mismatches, duplicates,
+# losses, longest stall).
+SOAK ?= 20m
+soak: tools seaweedfs
+	set -o pipefail; LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
+		grep -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
+
+seaweedfs:
+	TOOLS=$(TOOLS) ./scripts/seaweedfs.sh
 
 demo: build
 	./scripts/demo.sh

@@ -250,6 +250,7 @@ type prdRecord struct {
 	Batch    string    `json:"batch"`
 	Sealed   bool      `json:"sealed"`
 	Files    []prdFile `json:"files"`
+	WaitedMS int64     `json:"waited_ms"` // time the writer waited on a full staging disk
 }
 
 func prdKey(producer, batch string) string { return producer + "/" + batch }
@@ -393,6 +394,7 @@ type prdStatus struct {
 		Seq    uint64 `json:"seq"`
 		Cursor string `json:"cursor"`
 	} `json:"producers"`
+	DataBytes int64 `json:"data_bytes"`
 }
 
 func prdGetStatus(t testing.TB, bin, url string) prdStatus {

@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/fs"
+	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -220,7 +220,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	l, err := txn.Open(ctx, st)
 	if err != nil {
-		return fmt.Errorf("opening the stream at %s: %w", redact(o.Store), err)
+		return fmt.Errorf("opening the stream at %s: %w", store.Redact(o.Store), err)
 	}
 	shown := l.Config.Ranks
 	if o.ViewRanks != 0 {
@@ -287,7 +287,7 @@ func Run(ctx context.Context, o Options) error {
 
 	var metricsAddr string
 	if o.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", o.MetricsAddr)
+		ln, err := listen.TCP(o.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
@@ -317,7 +317,7 @@ func Run(ctx context.Context, o Options) error {
 		server.Wait()
 		close(served)
 	}()
-	log.Info("mounted", "mountpoint", o.Mountpoint, "store", redact(o.Store), "version", state.Version,
+	log.Info("mounted", "mountpoint", o.Mountpoint, "store", store.Redact(o.Store), "version", state.Version,
 		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, l.Config.Ranks),
 		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
 
@@ -499,15 +499,6 @@ func (m *mounted) publish() {
 	m.root.Publish(s)
 	m.packs.forgetBelow(s.LiveFrom)
 	m.prefetch.Kick()
-}
-
-// redact hides a password a URL might carry.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 func rankList(ranks []int, n int) string {

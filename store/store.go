@@ -145,18 +145,48 @@ const reservedDir = ".lakefs-tmp"
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir, s3://bucket/prefix or mem://name", ErrInvalid, rawURL)
+		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir, s3://bucket/prefix or mem://name", ErrInvalid, Redact(rawURL))
+	}
+	// Messages quote the URL without anything that may be a secret.
+	shown := Redact(rawURL)
+	if u.User != nil {
+		return nil, fmt.Errorf("%w: store URL %q carries credentials (user:secret@); remove them and give them through the AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)", ErrInvalid, shown)
 	}
 	switch u.Scheme {
 	case "file":
-		return openFile(u, rawURL)
+		return openFile(u, shown)
 	case "s3":
-		return openS3(ctx, u, rawURL)
+		return openS3(ctx, u, shown)
 	case "mem":
-		return openMem(u, rawURL)
+		return openMem(u, shown)
 	default:
-		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file://, s3:// or mem://", ErrInvalid, rawURL, u.Scheme)
+		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file://, s3:// or mem://", ErrInvalid, shown, u.Scheme)
 	}
+}
+
+// Redact is a store URL fit for logs and messages: user info and the
+// values of query parameters other than the known, harmless ones are
+// replaced by "xxxxx", so that a secret put in the URL is never printed.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			switch k {
+			case "endpoint", "region", "path-style", "part-size":
+			default:
+				q[k] = []string{"xxxxx"}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }
 
 // ReadAll reads a whole object into memory.

@@ -37,8 +37,14 @@ It stays in the foreground and unmounts on SIGINT or SIGTERM. A mount point
 left stale by a killed lakefs-mount ("transport endpoint is not connected")
 is unmounted and reused; one with a live mount is refused.
 
+A hung mount (its process stopped or stuck; readers blocked in it) is freed
+with lakefs-mount --abort MOUNTPOINT: readers get an error (ENOTCONN) at
+once, the mount is detached, and the next lakefs-mount on MOUNTPOINT starts
+clean. Kill the hung process yourself (kill -9).
+
 EXAMPLES:
    lakefs-mount --store file:///data/stream /mnt/stream
+   lakefs-mount --abort /mnt/stream      # free a hung mount
    lakefs-mount --store 's3://bucket/stream?endpoint=http://10.0.0.5:9000' \
        --ranks 0-3 --cache-size 8GiB --prefetch-steps 4 --wait 10m /mnt/stream
    lakefs-mount --store file:///data/stream --view-ranks 4 /mnt/stream   # 8-rank stream on 4 GPUs
@@ -58,7 +64,7 @@ func main() {
 func run(args []string) int {
 	var o mount.Options
 	var ranks, cacheSize, readAhead string
-	var debugFUSE bool
+	var debugFUSE, abort bool
 	actionRan := false
 	app := &cli.App{
 		Name:        "lakefs-mount",
@@ -79,7 +85,7 @@ func run(args []string) int {
 				Usage: "how long opening a step that is not committed yet waits for it (0: fail at once with ENOENT)"},
 			&cli.StringFlag{Name: "checkpoint-dir", Destination: &o.CheckpointDir,
 				Usage: "watch this directory for training checkpoints and record them in the manifest"},
-			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
+			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.DurationFlag{Name: "poll-interval", Value: mount.DefaultPollInterval, Destination: &o.PollInterval,
 				Usage: "how often to check the manifest log for new steps while a reader waits for one or reads near the head"},
 			&cli.DurationFlag{Name: "idle-poll-interval", Value: mount.DefaultIdlePollInterval, Destination: &o.IdlePollInterval,
@@ -91,7 +97,9 @@ func run(args []string) int {
 			&cli.IntFlag{Name: "fetchers", Value: 16, Destination: &o.Fetchers, Usage: "concurrent prefetch GETs"},
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Hidden: true,
 				Usage: "add this latency to every data GET (benchmarks: simulate a remote store)"},
-			&cli.BoolFlag{Name: "allow-other", Value: true, Destination: &o.AllowOther, Usage: "let users other than the mounting one read"},
+			&cli.BoolFlag{Name: "allow-other", Destination: &o.AllowOther, Usage: "let users other than the mounting one read (default: only the mounting user)"},
+			&cli.BoolFlag{Name: "abort", Destination: &abort,
+				Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"},
 			&cli.BoolFlag{Name: "pprof", Destination: &o.Profiling, Usage: "serve Go's pprof profiles at --metrics-addr/debug/pprof/"},
 			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
 		},
@@ -105,6 +113,9 @@ func run(args []string) int {
 				return mount.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
 			}
 			o.Mountpoint = cc.Args().First()
+			if abort {
+				return mount.Abort(o.Mountpoint)
+			}
 			var err error
 			if ranks != "" {
 				if o.Ranks, err = mount.ParseRanks(ranks); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -57,7 +57,7 @@ watching until SIGINT or SIGTERM.`,
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
 			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
 			&cli.Int64Flag{Name: "max-lead", Destination: &o.MaxLead, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
-			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
+			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
 			&cli.StringFlag{Name: "strategy", Value: "dac", Destination: &o.Strategy, Usage: "commit strategy: dac, naive or fixed"},
@@ -100,7 +100,7 @@ func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
 		return err
 	}
 	if err := store.Probe(ctx, s); err != nil {
-		return fmt.Errorf("refusing store %s: %w", o.Store, err)
+		return fmt.Errorf("refusing store %s: %w", store.Redact(o.Store), err)
 	}
 	l, err := txn.Open(ctx, s)
 	if err != nil {
@@ -179,7 +179,7 @@ func (m *runMetrics) batch(e stage.BatchEvent) {
 }
 
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen.TCP(addr)
 	if err != nil {
 		return nil, usagef("--metrics-addr %s: %v", addr, err)
 	}
