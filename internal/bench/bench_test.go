@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/store"
 )
 
 // workerEnv makes the test binary a bench worker process (TestProcesses).
@@ -37,7 +40,7 @@ func parseRows(t *testing.T, out []byte) []Row {
 			t.Fatalf("line %q: %v", line, err)
 		}
 		for _, k := range []string{"strategy", "producers", "payload_bytes", "tgbs_per_s", "mb_per_s",
-			"attempts_per_commit", "tgbs_per_commit", "p50_ms", "p99_ms"} {
+			"attempts_per_commit", "tgbs_per_commit", "p50_ms", "p99_ms", "e2e_p50_ms", "e2e_p99_ms"} {
 			if _, ok := fields[k]; !ok {
 				t.Fatalf("line %q has no %q", line, k)
 			}
@@ -56,9 +59,9 @@ func checkSane(t *testing.T, r Row) {
 	if r.TGBsPerS <= 0 || r.MBPerS <= 0 || r.TGBs <= 0 {
 		t.Errorf("%+v: nothing was written", r)
 	}
-	if r.Strategy == RawPut {
-		if r.Commits != 0 || r.AttemptsPerCommit != 0 {
-			t.Errorf("%+v: raw-put reports commits", r)
+	if baseline(r.Strategy) {
+		if r.Commits != 0 || r.AttemptsPerCommit != 0 || r.E2EP99Ms != 0 {
+			t.Errorf("%+v: a baseline reports commits", r)
 		}
 		return
 	}
@@ -69,6 +72,10 @@ func checkSane(t *testing.T, r Row) {
 	if r.P50Ms < 0 || r.P99Ms <= 0 || r.P99Ms < r.P50Ms {
 		t.Errorf("%+v: latency percentiles", r)
 	}
+	// Upload start -> visible contains durable -> visible.
+	if r.E2EP99Ms <= 0 || r.E2EP99Ms < r.E2EP50Ms || r.E2EP50Ms < r.P50Ms || r.E2EP99Ms < r.P99Ms {
+		t.Errorf("%+v: e2e latency percentiles", r)
+	}
 	if r.TGBsPerCommit > float64(r.TGBs) || float64(r.Commits) > float64(r.TGBs) {
 		t.Errorf("%+v: more commits than TGBs", r)
 	}
@@ -78,17 +85,17 @@ func TestIngestMem(t *testing.T) {
 	var out bytes.Buffer
 	err := Ingest(t.Context(), IngestOptions{
 		StoreURL: "mem://bench", Producers: []int{2}, Payloads: []int64{4096}, Duration: 500 * time.Millisecond,
-		Strategies: []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms"}, Drain: 200 * time.Millisecond,
+		Strategies: []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms", PlainPut}, Drain: 200 * time.Millisecond,
 		JSON: true, Logger: quiet,
 	}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := parseRows(t, out.Bytes())
-	if len(rows) != 5 {
-		t.Fatalf("%d rows, want 5:\n%s", len(rows), out.String())
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6:\n%s", len(rows), out.String())
 	}
-	for i, want := range []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms"} {
+	for i, want := range []string{"dac", "naive", "fixed", RawPut, "dac:increase=40:max=200ms", PlainPut} {
 		r := rows[i]
 		if r.Strategy != want || r.Producers != 2 || r.PayloadBytes != 4096 || r.Ranks != 2 {
 			t.Errorf("row %d: %+v", i, r)
@@ -166,13 +173,13 @@ func TestProcesses(t *testing.T) {
 	var out bytes.Buffer
 	err := Ingest(t.Context(), IngestOptions{
 		StoreURL: "file://" + dir, Producers: []int{2}, Payloads: []int64{8192}, Duration: 500 * time.Millisecond,
-		Strategies: []string{"dac", RawPut}, JSON: true, Processes: true, WorkerCommand: []string{os.Args[0]}, Logger: quiet,
+		Strategies: []string{"dac", RawPut, PlainPut}, JSON: true, Processes: true, WorkerCommand: []string{os.Args[0]}, Logger: quiet,
 	}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := parseRows(t, out.Bytes())
-	if len(rows) != 2 {
+	if len(rows) != 3 {
 		t.Fatalf("%d rows:\n%s", len(rows), out.String())
 	}
 	for _, r := range rows {
@@ -233,4 +240,35 @@ func TestPercentile(t *testing.T) {
 	if p := percentile([]float64{7}, 99); p != 7 {
 		t.Errorf("one-sample p99 %v", p)
 	}
+}
+
+// TestIngestS3: on versitygw, plain-put writes through its own SDK client
+// (the objects land under the run's prefix and are cleaned up with it), and
+// dac reports e2e latency above its durable -> visible latency.
+func TestIngestS3(t *testing.T) {
+	srv := s3test.Start(t)
+	base := srv.NewBucketURL(t)
+	var out bytes.Buffer
+	err := Ingest(t.Context(), IngestOptions{
+		StoreURL: base, Producers: []int{2}, Payloads: []int64{64 << 10}, Ranks: 2, Duration: 500 * time.Millisecond,
+		Strategies: []string{"dac", RawPut, PlainPut}, JSON: true, Logger: quiet,
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := parseRows(t, out.Bytes())
+	if len(rows) != 3 {
+		t.Fatalf("%d rows:\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		checkSane(t, r)
+	}
+	s, err := store.Open(t.Context(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _, err := s.List(t.Context(), "", "", 10); err != nil || len(left) != 0 {
+		t.Fatalf("left behind: %v %v", left, err)
+	}
+	t.Logf("\n%s", out.String())
 }

@@ -32,6 +32,9 @@ import (
 // at the same concurrency, with no manifest and no commits.
 const RawPut = "raw-put"
 
+// baseline tells the strategies that write bytes without commits.
+func baseline(strategy string) bool { return strategy == RawPut || strategy == PlainPut }
+
 // IngestOptions configure Ingest. Zero fields take the defaults named.
 type IngestOptions struct {
 	// StoreURL is the store to benchmark (file:///abs/dir, s3://bucket/prefix
@@ -48,8 +51,8 @@ type IngestOptions struct {
 	// Duration is how long each run measures (default 5s). In long-run mode
 	// (Versions > 0) it is the length of one reporting window.
 	Duration time.Duration
-	// Strategies to run: dac, naive, fixed and raw-put (the default is all
-	// four). A dac variant takes DACConfig settings, each after a colon
+	// Strategies to run: dac, naive, fixed and the baselines raw-put and
+	// plain-put (the default is all five). A dac variant takes DACConfig settings, each after a colon
 	// (so that a list of strategies can be comma-separated), e.g.
 	// "dac:increase=40:max=200ms" (keys: min, max, initial, factor, jitter,
 	// increase, group).
@@ -109,7 +112,7 @@ func (o *IngestOptions) defaults() error {
 		o.Duration = 5 * time.Second
 	}
 	if len(o.Strategies) == 0 {
-		o.Strategies = []string{"dac", "naive", "fixed", RawPut}
+		o.Strategies = []string{"dac", "naive", "fixed", RawPut, PlainPut}
 	}
 	if o.MaxQueued == 0 {
 		o.MaxQueued = txn.DefaultMaxGroup
@@ -162,8 +165,8 @@ func Ingest(ctx context.Context, o IngestOptions, out io.Writer) error {
 	defer pr.flush()
 	stamp := time.Now().UTC().Format("20060102T150405") + "-" + randomHex(3)
 	for _, strategy := range o.Strategies {
-		if o.Versions > 0 && (strategy == RawPut || isNATS(strategy)) {
-			o.Logger.Info("raw-put makes no versions; skipped in long-run mode")
+		if o.Versions > 0 && (baseline(strategy) || isNATS(strategy)) {
+			o.Logger.Info(strategy + " makes no versions; skipped in long-run mode")
 			continue
 		}
 		for _, n := range o.Producers {
@@ -294,7 +297,7 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 	}
 	s := withLatency(t.store, o.StoreLatency)
 	var l *txn.Log
-	if c.strategy != RawPut {
+	if !baseline(c.strategy) {
 		l, err = txn.Create(ctx, s, txn.CreateOptions{Ranks: o.Ranks})
 		if err != nil {
 			return err

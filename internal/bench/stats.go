@@ -31,6 +31,10 @@ type Row struct {
 	// being visible (0 for raw-put, which commits nothing).
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
+	// E2EP50Ms and E2EP99Ms: per TGB, from the start of its upload to its
+	// step being visible (0 for the baselines).
+	E2EP50Ms float64 `json:"e2e_p50_ms"`
+	E2EP99Ms float64 `json:"e2e_p99_ms"`
 
 	// UploadP50Ms: per TGB, how long writing its data took (Append; for
 	// raw-put the Puts).
@@ -62,6 +66,7 @@ type window struct {
 	attempts   int64
 	commitTGBs int64
 	latency    []float64 // ms, per committed TGB
+	e2e        []float64 // ms, per committed TGB, from its upload's start
 	upload     []float64 // ms, per written TGB
 	version    uint64
 	committers map[string]bool
@@ -75,6 +80,7 @@ func (w window) row(c combo, o *IngestOptions) Row {
 		TGBs: w.tgbs, Commits: w.commits, Uploaded: int64(len(w.upload)), Processes: o.Processes,
 		CommittingProducers: len(w.committers),
 		P50Ms:               round(percentile(w.latency, 50), 2), P99Ms: round(percentile(w.latency, 99), 2),
+		E2EP50Ms: round(percentile(w.e2e, 50), 2), E2EP99Ms: round(percentile(w.e2e, 99), 2),
 		UploadP50Ms: round(percentile(w.upload, 50), 2),
 	}
 	if secs > 0 {
@@ -155,6 +161,9 @@ func (r *recorder) add(ev event) {
 		for _, u := range cs.Uploaded {
 			r.cur.latency = append(r.cur.latency, ms(cs.Committed.Sub(u)))
 		}
+		for _, t := range ev.Started {
+			r.cur.e2e = append(r.cur.e2e, ms(cs.Committed.Sub(t)))
+		}
 	}
 }
 
@@ -219,18 +228,18 @@ func (p *printer) print(r Row) {
 		if p.longRun {
 			fmt.Fprint(p.tw, "WINDOW\tVERSION\t")
 		}
-		fmt.Fprintf(p.tw, "%*s\tPRODUCERS\tPAYLOAD\tTGB/S\tMB/S\tATT/COMMIT\tTGB/COMMIT\tP50_MS\tP99_MS\tUPLOAD_P50\tCOMMITTERS\t\n", p.width, "STRATEGY")
+		fmt.Fprintf(p.tw, "%*s\tPRODUCERS\tPAYLOAD\tTGB/S\tMB/S\tATT/COMMIT\tTGB/COMMIT\tP50_MS\tP99_MS\tE2E_P50\tE2E_P99\tUPLOAD_P50\tCOMMITTERS\t\n", p.width, "STRATEGY")
 	}
 	if p.longRun {
 		fmt.Fprintf(p.tw, "%d\t%d\t", r.Window, r.Version)
 	}
 	committers := "-"
-	if r.Strategy != RawPut {
+	if !baseline(r.Strategy) {
 		committers = fmt.Sprintf("%d/%d", r.CommittingProducers, r.Producers)
 	}
-	fmt.Fprintf(p.tw, "%*s\t%d\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+	fmt.Fprintf(p.tw, "%*s\t%d\t%s\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
 		p.width, r.Strategy, r.Producers, sizeString(r.PayloadBytes), r.TGBsPerS, r.MBPerS,
-		r.AttemptsPerCommit, r.TGBsPerCommit, r.P50Ms, r.P99Ms, r.UploadP50Ms, committers)
+		r.AttemptsPerCommit, r.TGBsPerCommit, r.P50Ms, r.P99Ms, r.E2EP50Ms, r.E2EP99Ms, r.UploadP50Ms, committers)
 	p.flush()
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,14 +50,17 @@ type event struct {
 	Time   time.Time        `json:"time,omitzero"`
 	Dur    time.Duration    `json:"dur,omitempty"`
 	Commit *txn.CommitStats `json:"commit,omitempty"`
-	Err    string           `json:"err,omitempty"` // done
+	// Started is, per TGB of a commit, when its upload started (for the
+	// upload start -> visible latency), in the order of Commit.Uploaded.
+	Started []time.Time `json:"started,omitempty"`
+	Err     string      `json:"err,omitempty"` // done
 }
 
 // newStrategy builds the strategy a spec names: dac, naive, fixed, or a dac
 // variant "dac:key=value,..." over base.
 func newStrategy(name string, base txn.DACConfig) (txn.Strategy, error) {
 	kind, settings, _ := strings.Cut(name, ":")
-	if kind == RawPut && settings == "" {
+	if (kind == RawPut || kind == PlainPut) && settings == "" {
 		return nil, nil
 	}
 	if kind != "dac" {
@@ -65,7 +69,7 @@ func newStrategy(name string, base txn.DACConfig) (txn.Strategy, error) {
 		}
 		s, err := txn.NewStrategy(kind)
 		if err != nil {
-			return nil, fmt.Errorf("bench: %w, or raw-put", err)
+			return nil, fmt.Errorf("bench: %w, raw-put or plain-put", err)
 		}
 		return s, nil
 	}
@@ -109,16 +113,25 @@ func newStrategy(name string, base txn.DACConfig) (txn.Strategy, error) {
 	return txn.NewDAC(cfg), nil
 }
 
-// payloadFiles splits one buffer of size bytes into ranks files.
-func payloadFiles(size int64, ranks int) [][]txn.FileSource {
+// payloadParts splits one buffer of size bytes into ranks parts.
+func payloadParts(size int64, ranks int) [][]byte {
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i*131 + i>>11) // not all zeros, not a short period
 	}
-	out := make([][]txn.FileSource, ranks)
+	out := make([][]byte, ranks)
 	for r := range ranks {
 		lo, hi := size*int64(r)/int64(ranks), size*int64(r+1)/int64(ranks)
-		out[r] = []txn.FileSource{txn.BytesFile("data.bin", data[lo:hi])}
+		out[r] = data[lo:hi]
+	}
+	return out
+}
+
+// payloadFiles is payloadParts as one file per rank.
+func payloadFiles(parts [][]byte) [][]txn.FileSource {
+	out := make([][]txn.FileSource, len(parts))
+	for r, p := range parts {
+		out[r] = []txn.FileSource{txn.BytesFile("data.bin", p)}
 	}
 	return out
 }
@@ -141,28 +154,51 @@ func stopContext(parent context.Context, stop <-chan struct{}) (context.Context,
 // writes TGBs until stop, then lets its producer commit what is queued
 // for at most sp.Drain. Every upload and commit is reported to emit.
 func produce(ctx context.Context, s store.Store, l *txn.Log, sp spec, logger *slog.Logger, start, stop <-chan struct{}, ready func(), emit func(event)) error {
-	files := payloadFiles(sp.Payload, sp.Ranks)
-	if sp.Strategy == RawPut {
+	parts := payloadParts(sp.Payload, sp.Ranks)
+	switch sp.Strategy {
+	case RawPut:
 		ready()
-		return rawPut(ctx, s, sp, files, start, stop, emit)
+		return rawPutWith(ctx, func(ctx context.Context, key string, data []byte) error {
+			return s.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+		}, sp, parts, start, stop, emit)
+	case PlainPut:
+		put, err := newPlainPut(ctx, s, sp.StoreURL, sp.StoreLatency)
+		if err != nil {
+			return err
+		}
+		ready()
+		return rawPutWith(ctx, put, sp, parts, start, stop, emit)
 	}
+	files := payloadFiles(parts)
 	strategy, err := newStrategy(sp.Strategy, sp.DAC)
 	if err != nil {
 		return err
 	}
 	var committed atomic.Uint64 // TGBs committed; seqs start at 1 on a fresh stream
+	// A producer commits its TGBs in seq order, so the TGBs of a commit are
+	// the next cs.TGBs seqs after those already committed.
+	var starts sync.Map // seq -> time.Time its upload started
 	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{
 		ID: sp.ID, Strategy: strategy, Logger: logger,
 		Observe: func(cs txn.CommitStats) {
-			committed.Add(uint64(cs.TGBs))
-			emit(event{Kind: "commit", Producer: sp.ID, Commit: &cs})
+			first := committed.Add(uint64(cs.TGBs)) - uint64(cs.TGBs) + 1
+			started := make([]time.Time, 0, cs.TGBs)
+			for seq := first; seq < first+uint64(cs.TGBs); seq++ {
+				if t, ok := starts.LoadAndDelete(seq); ok {
+					started = append(started, t.(time.Time))
+				}
+			}
+			if len(started) != cs.TGBs {
+				started = nil // not this run's numbering; report no e2e rather than a wrong one
+			}
+			emit(event{Kind: "commit", Producer: sp.ID, Commit: &cs, Started: started})
 		},
 	})
 	if err != nil {
 		return err
 	}
 	ready()
-	runErr := appendLoop(ctx, p, sp, files, &committed, start, stop, emit)
+	runErr := appendLoop(ctx, p, sp, files, &committed, &starts, start, stop, emit)
 	dctx, cancel := context.WithTimeout(ctx, sp.Drain)
 	defer cancel()
 	cerr := p.Close(dctx)
@@ -175,7 +211,7 @@ func produce(ctx context.Context, s store.Store, l *txn.Log, sp spec, logger *sl
 	return nil
 }
 
-func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.FileSource, committed *atomic.Uint64, start, stop <-chan struct{}, emit func(event)) error {
+func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.FileSource, committed *atomic.Uint64, starts *sync.Map, start, stop <-chan struct{}, emit func(event)) error {
 	select {
 	case <-start:
 	case <-stop:
@@ -197,8 +233,12 @@ func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.Fil
 			continue
 		}
 		name := fmt.Sprintf("b%012d", i)
-		i++
 		t0 := time.Now()
+		// Appends are sequential from seq 1 on a fresh stream, so this TGB's
+		// seq is i; stored before Append, whose commit may be observed
+		// before it returns.
+		starts.Store(uint64(i), t0)
+		i++
 		pd, err := p.Append(sctx, txn.Batch{Name: name, Cursor: name, Ranks: files})
 		if err != nil {
 			if sctx.Err() != nil {
@@ -213,9 +253,13 @@ func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.Fil
 	return ctx.Err()
 }
 
-// rawPut writes the TGBs' bytes with plain Puts, ranks in parallel as a
-// producer uploads them, and nothing else.
-func rawPut(ctx context.Context, s store.Store, sp spec, files [][]txn.FileSource, start, stop <-chan struct{}, emit func(event)) error {
+// putFunc writes one object of a baseline.
+type putFunc func(ctx context.Context, key string, data []byte) error
+
+// rawPutWith writes the TGBs' bytes with put, ranks in parallel as a
+// producer uploads them, and nothing else: the raw-put and plain-put
+// baselines.
+func rawPutWith(ctx context.Context, put putFunc, sp spec, parts [][]byte, start, stop <-chan struct{}, emit func(event)) error {
 	select {
 	case <-start:
 	case <-stop:
@@ -229,15 +273,9 @@ func rawPut(ctx context.Context, s store.Store, sp spec, files [][]txn.FileSourc
 		t0 := time.Now()
 		g, gctx := errgroup.WithContext(sctx)
 		g.SetLimit(8) // a producer's default upload parallelism
-		for r, fs := range files {
+		for r, data := range parts {
 			g.Go(func() error {
-				f := fs[0]
-				rc, err := f.Open()
-				if err != nil {
-					return err
-				}
-				defer rc.Close()
-				return s.Put(gctx, fmt.Sprintf("data/%s/%d/rank-%d.bin", sp.ID, seq, r), rc, f.Size)
+				return put(gctx, fmt.Sprintf("data/%s/%d/rank-%d.bin", sp.ID, seq, r), data)
 			})
 		}
 		if err := g.Wait(); err != nil {
@@ -398,7 +436,7 @@ func worker(ctx context.Context, in *bufio.Reader, emit func(event)) error {
 	}
 	s := withLatency(raw, sp.StoreLatency)
 	var l *txn.Log
-	if sp.Strategy != RawPut {
+	if !baseline(sp.Strategy) {
 		if l, err = txn.Open(ctx, s); err != nil {
 			return err
 		}
