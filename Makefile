@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench clean
+.PHONY: all build test lint fmt-check vet staticcheck unit tools demo example bench clean
 
 all: build
 
@@ -37,6 +37,9 @@ unit: tools
 lint: fmt-check vet staticcheck
 
 test: lint unit
+
+example: build
+	./scripts/example.sh
 
 demo: build
 	./scripts/demo.sh
