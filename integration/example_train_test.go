@@ -68,6 +68,17 @@ func (j *exJob) kill() {
 	<-j.done
 }
 
+// exStopMount ends a lakefs-mount process with SIGTERM, so it unmounts
+// (kill -9 would leave a dead mount the temp dir cleanup cannot remove).
+func exStopMount(j *exJob, mnt string) {
+	_ = syscall.Kill(j.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-j.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+	}
+}
+
 func (j *exJob) records(t testing.TB) []exRecord {
 	t.Helper()
 	var recs []exRecord
@@ -128,7 +139,7 @@ func TestExampleTraining(t *testing.T) {
 	}
 	t.Cleanup(func() { p.kill() })
 	mount := exStart(t, mountBin, "--store", url, "--wait", "2m", "--cache-size", "32MiB", "--checkpoint-dir", ckpt, mnt)
-	t.Cleanup(func() { _ = syscall.Kill(mount.cmd.Process.Pid, syscall.SIGTERM) })
+	t.Cleanup(func() { exStopMount(mount, mnt) })
 	mntWaitFor(t, 30*time.Second, "the mount", func() bool { _, err := os.Stat(filepath.Join(mnt, "head")); return err == nil })
 
 	trainArgs := []string{filepath.Join(ex, "train.py"), "--mount", mnt, "--ranks", fmt.Sprint(exRanks),
