@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo example bench clean
+.PHONY: all build test lint fmt-check vet staticcheck unit tools demo example bench bench-peers soak seaweedfs clean
 
 all: build
 
@@ -41,8 +41,31 @@ test: lint unit
 example: build
 	./scripts/example.sh
 
+# The chaos run for SOAK (default 20m) of faults on versitygw, then on
+# SeaweedFS (built by scripts/seaweedfs.sh on first use, ~6 min); each prints
+# a summary table (faults by kind, steps, bytes, mismatches, duplicates,
+# losses, longest stall).
+SOAK ?= 20m
+soak: tools seaweedfs
+	set -o pipefail; LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
+		grep -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
+
+seaweedfs:
+	TOOLS=$(TOOLS) ./scripts/seaweedfs.sh
+
 demo: build
 	./scripts/demo.sh
+
+# The benchmark report (docs/bench/REPORT.md and its PNGs), <= 20 minutes
+# on a 2-core VM, loopback only. BENCH_FLAGS passes flags to the generator
+# (go run ./internal/benchreport/cmd -help), e.g. BENCH_FLAGS='-repeats 1'.
+bench: build tools bench-peers
+	$(GO) run ./internal/benchreport/cmd -out docs/bench $(BENCH_FLAGS)
+
+# The read peers the report compares with (Debian packages).
+bench-peers:
+	@command -v s3fs >/dev/null && command -v rclone >/dev/null || \
+		{ apt-get update && apt-get install -y s3fs rclone; }
 
 clean:
 	rm -rf bin

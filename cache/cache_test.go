@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -256,6 +257,21 @@ type steps struct {
 	mu    sync.Mutex
 	packs map[int64]*txn.Pack
 	data  map[int64][]byte
+	extra map[int64]map[int]*txn.Pack // ranks other than 0, if any
+}
+
+func (st *steps) committed(n int64) bool {
+	_, ok := st.get(n)
+	return ok
+}
+
+func (st *steps) pack(_ context.Context, n int64, rank int) (*txn.Pack, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if rank != 0 {
+		return st.extra[n][rank], nil
+	}
+	return st.packs[n], nil
 }
 
 func (st *steps) get(n int64) ([]*txn.Pack, bool) {
@@ -284,8 +300,8 @@ func TestPrefetch(t *testing.T) {
 	st := makeSteps(t, s, 10, 8*testChunk)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 2, Packs: st.get})
-	p.Touch(0)
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 2, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
 	// Steps 0, 1, 2: 8 blocks each, one GET per step (runs of 8 blocks).
 	waitUntil(t, func() bool { return c.Stats().BytesFetched == 24*testChunk })
 	time.Sleep(20 * time.Millisecond)
@@ -296,7 +312,7 @@ func TestPrefetch(t *testing.T) {
 		t.Errorf("depth %d, want 2", d)
 	}
 	for n := int64(0); n < 10; n++ {
-		p.Touch(n)
+		p.Touch(n, 0)
 		// Let the prefetch of n..n+2 land first: the test is about hits,
 		// not about a read racing its own prefetch on a loaded machine.
 		want := int64(min(n+3, 10)) * 8 * testChunk
@@ -326,8 +342,8 @@ func TestPrefetchMemoryCap(t *testing.T) {
 	st := makeSteps(t, s, 40, 16*testChunk)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 8, Packs: st.get})
-	p.Touch(0)
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 8, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
 	waitUntil(t, func() bool { return c.Stats().PrefetchBytes == size/2 })
 	time.Sleep(50 * time.Millisecond)
 	if b := c.Stats().PrefetchBytes; b > size/2 {
@@ -335,7 +351,7 @@ func TestPrefetchMemoryCap(t *testing.T) {
 	}
 	// Jump far ahead: everything held for steps 0..8 is freed, the new
 	// window is prefetched.
-	p.Touch(30)
+	p.Touch(30, 0)
 	waitUntil(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -364,7 +380,7 @@ func TestStressBufferReuse(t *testing.T) {
 	st := makeSteps(t, s, 30, 7*testChunk+500)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 2, Packs: st.get})
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 2, Committed: st.committed, Pack: st.pack})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -372,7 +388,7 @@ func TestStressBufferReuse(t *testing.T) {
 			buf := make([]byte, 3*testChunk)
 			for range 400 {
 				n := rng.Int64N(30)
-				p.Touch(n)
+				p.Touch(n, 0)
 				pk, _ := st.get(n)
 				off := rng.Int64N(pk[0].Size)
 				b := buf[:1+rng.IntN(len(buf))]
@@ -403,8 +419,8 @@ func TestPrefetchRunVerification(t *testing.T) {
 	s.corrupt[pk[0].Key] = 1 // the run's GET: block 4 (the middle byte) is corrupted
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Packs: st.get})
-	p.Touch(0)
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
 	waitUntil(t, func() bool { return s.gets.Load() == 2 })
 	buf := make([]byte, pk[0].Size)
 	if _, err := c.ReadAt(ctx, pk[0], buf, 0); err != nil || !bytes.Equal(buf, st.data[0]) {
@@ -412,5 +428,131 @@ func TestPrefetchRunVerification(t *testing.T) {
 	}
 	if g, v := s.gets.Load(), c.Stats().VerifyFailures; g != 2 || v != 1 {
 		t.Errorf("%d GETs, %d verification failures; want 2 (the run, one refetch) and 1", g, v)
+	}
+}
+
+// TestPrefetchFollowsOpenedRanks: the prefetcher fetches only the ranks a
+// reader opened: with two ranks per step and only rank 1 opened, nothing
+// of rank 0 is fetched; once rank 0 is opened too, later steps carry both.
+func TestPrefetchFollowsOpenedRanks(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	st := makeSteps(t, s, 6, 4*testChunk) // rank 0
+	st.extra = map[int64]map[int]*txn.Pack{}
+	for i := range int64(6) {
+		pk, _ := putPack(t, s, fmt.Sprintf("data/p/1/%d/rank-1.pack", i), 2*testChunk, uint64(100+i))
+		st.extra[i] = map[int]*txn.Pack{1: pk}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 2, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 1)
+	// Steps 0-2 of rank 1: 2 blocks each.
+	waitUntil(t, func() bool { return c.Stats().BytesFetched == 6*testChunk })
+	time.Sleep(50 * time.Millisecond)
+	if f := c.Stats().BytesFetched; f != 6*testChunk {
+		t.Fatalf("%d bytes fetched after opening rank 1 of step 0, want rank 1's %d of steps 0-2 only", f, 6*testChunk)
+	}
+	// Rank 0 opened at step 1: steps 1-3 now carry rank 0 as well, rank 1
+	// goes on to step 3.
+	p.Touch(1, 0)
+	want := int64(6*testChunk + 3*4*testChunk + 2*testChunk)
+	waitUntil(t, func() bool { return c.Stats().BytesFetched == want })
+	time.Sleep(50 * time.Millisecond)
+	if f := c.Stats().BytesFetched; f != want {
+		t.Fatalf("%d bytes fetched after opening rank 0 of step 1, want %d", f, want)
+	}
+}
+
+// breakingStore streams ranges (store.RangeStreamer) and breaks the first
+// stream off after `after` bytes with a transient error.
+type breakingStore struct {
+	*countingStore
+	after int64
+	once  atomic.Bool
+}
+
+func (s *breakingStore) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	b, err := s.GetRange(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if s.once.CompareAndSwap(false, true) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(b[:s.after]), errReader{})), nil
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+
+// TestPrefetchRunBrokenStream: a run's GET that breaks off mid-block
+// keeps the blocks it delivered whole and fetches the rest one block per
+// GET; the reader gets the right bytes and nothing is fetched twice
+// except the block that broke.
+func TestPrefetchRunBrokenStream(t *testing.T) {
+	s := &breakingStore{countingStore: newCounting(), after: 2*testChunk + 100}
+	c := newTestCache(t, s, 256*testChunk)
+	st := makeSteps(t, s, 1, 8*testChunk)
+	pk, _ := st.get(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
+	// The run, then blocks 2..7 alone.
+	waitUntil(t, func() bool { return s.gets.Load() == 7 })
+	buf := make([]byte, pk[0].Size)
+	if _, err := c.ReadAt(ctx, pk[0], buf, 0); err != nil || !bytes.Equal(buf, st.data[0]) {
+		t.Fatalf("%v or wrong bytes", err)
+	}
+	if g, f := s.gets.Load(), c.Stats().BytesFetched; g != 7 || f != 8*testChunk+100 {
+		t.Errorf("%d GETs, %d bytes fetched; want 7 and %d", g, f, 8*testChunk+100)
+	}
+}
+
+// TestPrefetchRanksAtTheirOwnPace: two ranks read in order, one far
+// ahead of the other (more than 2P+2 steps); every block of both is
+// fetched once: the slow rank's opens neither move the position back nor
+// drop the fast rank's prefetched steps.
+func TestPrefetchRanksAtTheirOwnPace(t *testing.T) {
+	const n, depth = 20, 2
+	s := newCounting()
+	c := newTestCache(t, s, 512*testChunk)
+	st := makeSteps(t, s, n, 2*testChunk) // rank 0
+	st.extra = map[int64]map[int]*txn.Pack{}
+	data1 := map[int64][]byte{}
+	for i := range int64(n) {
+		pk, b := putPack(t, s, fmt.Sprintf("data/p/1/%d/rank-1.pack", i), 2*testChunk, uint64(100+i))
+		st.extra[i], data1[i] = map[int]*txn.Pack{1: pk}, b
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: depth, Committed: st.committed, Pack: st.pack})
+	read := func(step int64, rank int) {
+		t.Helper()
+		p.Touch(step, rank)
+		pk, want := st.packs[step], st.data[step]
+		if rank == 1 {
+			pk, want = st.extra[step][1], data1[step]
+		}
+		buf := make([]byte, pk.Size)
+		if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, want) {
+			t.Fatalf("step %d rank %d: %v or wrong bytes", step, rank, err)
+		}
+	}
+	// Rank 0 runs 10 steps ahead, then both go on in lock step.
+	for i := range int64(10) {
+		read(i, 0)
+	}
+	for i := range int64(n - 10) {
+		read(10+i, 0)
+		read(i, 1)
+	}
+	for i := int64(n - 10); i < n; i++ {
+		read(i, 1)
+	}
+	if m := s.maxPerBlock(); m != 1 {
+		t.Errorf("a block was fetched %d times, want once", m)
 	}
 }

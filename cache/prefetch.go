@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -14,49 +15,68 @@ type PrefetchOptions struct {
 	// Depth is P: touching step n prefetches steps n..n+P. 0 disables
 	// prefetching.
 	Depth int
-	// Packs returns the packs this node reads of a step, and false when the
-	// step is not committed or was reclaimed.
-	Packs  func(step int64) ([]*txn.Pack, bool)
+	// Committed reports whether a step is committed and not reclaimed. It
+	// is called with the prefetcher's lock held: it must not do I/O.
+	Committed func(step int64) bool
+	// Pack returns a rank's pack (rank -1: the shared files; nil when
+	// none) of a committed step. It may fetch the step's index; it is
+	// called by the prefetcher's own goroutine, never under its lock.
+	Pack   func(ctx context.Context, step int64, rank int) (*txn.Pack, error)
 	Logger *slog.Logger
 }
 
-// Prefetcher fetches the step a reader touches and the P steps after it
-// into the cache, nearest step first, with at most Options.Fetchers GETs
-// in flight and at most Size/2 bytes staged. The touched step itself is
-// included so that its remaining blocks arrive in parallel while the
-// reader works through them; blocks already in flight, staged, cached or
-// read recently are skipped, so nothing is fetched twice.
+// Prefetcher fetches, for the ranks this node's readers open, the step a
+// reader touches and the P steps after it into the cache, nearest step
+// first, with at most Options.Fetchers GETs in flight and at most Size/2
+// bytes staged. Only ranks a reader opened are prefetched (a rank touched
+// at or after position-2P-2; a reader that stops opening a rank stops its
+// prefetch), so a node fetches what its readers read, whatever it shows.
+// The touched step itself is included so that its remaining blocks arrive
+// in parallel while the reader works through them; blocks already in
+// flight, staged, cached or read recently are skipped, so nothing is
+// fetched twice.
 //
-// The reader's position is the highest step touched (it moves back only on
-// a jump of more than 2P+2 steps, e.g. a job restarted from a
-// checkpoint). A job prefetches one step; it is dropped, cancelling its
+// The reader's position is the highest step touched (it moves back only
+// when a rank is opened more than 2P+2 steps below its own last step, e.g.
+// a job restarted from a checkpoint; a rank more than 2P+2 steps behind
+// the position is read without prefetch). A job prefetches one step; it is dropped, cancelling its
 // GETs and freeing its unread blocks, once its step falls outside
-// [position-P-2, position+P] or is reclaimed: the slack below the position
-// lets several workers read neighbouring steps at once.
+// [lowest-P-2, position+P] or is reclaimed, where lowest is the newest
+// step of the slowest active rank: the slack below lets several workers
+// read neighbouring steps at once, and readers of different ranks move at
+// their own pace.
 type Prefetcher struct {
 	// Dependencies and constant data.
-	c     *Cache
-	depth int
-	packs func(int64) ([]*txn.Pack, bool)
-	log   *slog.Logger
-	ctx   context.Context
-	kick  chan struct{} // wakes the scheduler; capacity 1
+	c         *Cache
+	depth     int
+	committed func(int64) bool
+	pack      func(context.Context, int64, int) (*txn.Pack, error)
+	log       *slog.Logger
+	ctx       context.Context
+	kick      chan struct{} // wakes the scheduler; capacity 1
 
-	last atomic.Int64 // last touched step: Touch's fast path
+	last atomic.Pointer[touch] // last touch: Touch's fast path
 
 	mu     sync.Mutex
 	pos    int64          // GUARDED_BY(mu): the reader's position, valid if hasPos
 	hasPos bool           // GUARDED_BY(mu)
+	ranks  map[int]int64  // GUARDED_BY(mu): rank -> the newest step it was touched at
 	jobs   map[int64]*job // GUARDED_BY(mu)
 }
 
-// job prefetches the packs of one step.
+type touch struct {
+	step int64
+	rank int
+}
+
+// job prefetches the packs of one step's opened ranks.
 type job struct {
 	step   int64
-	packs  []*txn.Pack
+	ranks  []int       // GUARDED_BY(Prefetcher.mu): ranks to fetch, in order
+	packs  []*txn.Pack // GUARDED_BY(Prefetcher.mu): packs[i] of ranks[i], once resolved
 	ctx    context.Context
 	cancel context.CancelFunc
-	pi, bi int // GUARDED_BY(Prefetcher.mu): next pack and block to issue
+	pi, bi int // GUARDED_BY(Prefetcher.mu): next rank and block to issue
 
 	entries []*entry // GUARDED_BY(Cache.mu): blocks this job started
 	dropped bool     // GUARDED_BY(Cache.mu)
@@ -68,15 +88,16 @@ func (c *Cache) NewPrefetcher(ctx context.Context, o PrefetchOptions) *Prefetche
 		o.Logger = c.log
 	}
 	p := &Prefetcher{
-		c:     c,
-		depth: o.Depth,
-		packs: o.Packs,
-		log:   o.Logger,
-		ctx:   ctx,
-		kick:  make(chan struct{}, 1),
-		jobs:  map[int64]*job{},
+		c:         c,
+		depth:     o.Depth,
+		committed: o.Committed,
+		pack:      o.Pack,
+		log:       o.Logger,
+		ctx:       ctx,
+		kick:      make(chan struct{}, 1),
+		ranks:     map[int]int64{},
+		jobs:      map[int64]*job{},
 	}
-	p.last.Store(-1)
 	if p.depth > 0 {
 		go p.run()
 		context.AfterFunc(ctx, p.dropAll)
@@ -84,14 +105,31 @@ func (c *Cache) NewPrefetcher(ctx context.Context, o PrefetchOptions) *Prefetche
 	return p
 }
 
-// Touch tells the prefetcher that a reader opened a file of step n.
-func (p *Prefetcher) Touch(n int64) {
-	if p.depth <= 0 || p.last.Swap(n) == n || p.ctx.Err() != nil {
+// Touch tells the prefetcher that a reader opened a file of rank (-1: a
+// step-level file) in step n.
+func (p *Prefetcher) Touch(n int64, rank int) {
+	if p.depth <= 0 || p.ctx.Err() != nil {
+		return
+	}
+	t := &touch{n, rank}
+	if old := p.last.Swap(t); old != nil && *old == *t {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.hasPos || n > p.pos || n < p.pos-int64(2*p.depth+2) {
+	// The position moves back only when a reader jumps back (a job
+	// restarted from a checkpoint): a rank opened far below its own last
+	// step. A rank slower than the others, or first opened far below the
+	// position, does not move it (it is read without prefetch while it is
+	// more than 2P+2 steps behind), or the faster ranks' jobs would be
+	// dropped and fetched again.
+	far := int64(2*p.depth + 2)
+	at, seen := p.ranks[rank]
+	back := seen && n < at-far
+	if !seen || n > at || back {
+		p.ranks[rank] = n
+	}
+	if !p.hasPos || n > p.pos || back {
 		p.pos, p.hasPos = n, true
 	}
 	p.reconcileLocked(n)
@@ -124,30 +162,53 @@ func (p *Prefetcher) Depth() int {
 	return n
 }
 
-// reconcileLocked starts jobs for steps from..from+P inside the window and
-// drops the jobs outside it.
-func (p *Prefetcher) reconcileLocked(from int64) {
-	lo, hi := p.pos-int64(p.depth)-2, p.pos+int64(p.depth)
-	for s, j := range p.jobs {
-		if s < lo || s > hi {
-			p.dropLocked(j)
-			continue
+// activeRanksLocked are the ranks touched recently enough to prefetch, in
+// order.
+func (p *Prefetcher) activeRanksLocked() []int {
+	// Ranks below stay in p.ranks (at most one entry per rank of the
+	// stream), so that a slow reader's next open is not taken for a jump.
+	var rs []int
+	for r, at := range p.ranks {
+		if at >= p.pos-int64(2*p.depth+2) {
+			rs = append(rs, r)
 		}
-		if _, ok := p.packs(s); !ok {
-			p.dropLocked(j) // reclaimed
+	}
+	slices.Sort(rs)
+	return rs
+}
+
+// reconcileLocked starts jobs for steps from..from+P inside the window,
+// adds newly opened ranks to the jobs there, and drops the jobs outside it.
+func (p *Prefetcher) reconcileLocked(from int64) {
+	ranks := p.activeRanksLocked()
+	// The window starts below the slowest active rank, not the position:
+	// readers of different ranks move at their own pace, and a job dropped
+	// under a slower reader would have its blocks fetched twice.
+	lo, hi := p.pos-int64(p.depth)-2, p.pos+int64(p.depth)
+	for _, r := range ranks {
+		lo = min(lo, p.ranks[r]-int64(p.depth)-2)
+	}
+	for s, j := range p.jobs {
+		if s < lo || s > hi || !p.committed(s) {
+			p.dropLocked(j) // out of the window, or reclaimed
 		}
 	}
 	started := false
 	for s := max(from, lo); s <= min(from+int64(p.depth), hi); s++ {
-		if p.jobs[s] != nil {
+		if j := p.jobs[s]; j != nil {
+			for _, r := range ranks {
+				if !slices.Contains(j.ranks, r) {
+					j.ranks = append(j.ranks, r)
+					started = true
+				}
+			}
 			continue
 		}
-		packs, ok := p.packs(s)
-		if !ok {
+		if !p.committed(s) {
 			break // not committed yet: Kick starts it later
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		p.jobs[s] = &job{step: s, packs: packs, ctx: ctx, cancel: cancel}
+		p.jobs[s] = &job{step: s, ranks: slices.Clone(ranks), ctx: ctx, cancel: cancel}
 		started = true
 	}
 	if started {
@@ -173,26 +234,43 @@ func (p *Prefetcher) dropAll() {
 }
 
 // next returns the next blocks to prefetch: up to maxRun blocks of one
-// pack, from the lowest step's first block not issued yet.
+// pack, from the lowest step's first block not issued yet. A rank whose
+// pack is not known yet is resolved here, outside the lock (it may fetch
+// the step's index); a rank that fails to resolve is skipped.
 func (p *Prefetcher) next() (*job, *txn.Pack, int, int, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var best *job
-	for _, j := range p.jobs {
-		for j.pi < len(j.packs) && j.bi >= len(j.packs[j.pi].Chunks) {
-			j.pi, j.bi = j.pi+1, 0
+	for {
+		var best *job
+		for _, j := range p.jobs {
+			for j.pi < len(j.ranks) && j.pi < len(j.packs) && (j.packs[j.pi] == nil || j.bi >= len(j.packs[j.pi].Chunks)) {
+				j.pi, j.bi = j.pi+1, 0
+			}
+			if j.pi < len(j.ranks) && (best == nil || j.step < best.step) {
+				best = j
+			}
 		}
-		if j.pi < len(j.packs) && (best == nil || j.step < best.step) {
-			best = j
+		if best == nil {
+			return nil, nil, 0, 0, false
 		}
+		if best.pi == len(best.packs) {
+			step, rank := best.step, best.ranks[best.pi]
+			p.mu.Unlock()
+			pk, err := p.pack(best.ctx, step, rank)
+			p.mu.Lock()
+			if err != nil && best.ctx.Err() == nil {
+				p.log.Debug("prefetch: no pack", "step", step, "rank", rank, "err", err)
+			}
+			if best.pi == len(best.packs) {
+				best.packs = append(best.packs, pk) // nil: skipped
+			}
+			continue
+		}
+		pk, i := best.packs[best.pi], best.bi
+		n := min(p.c.maxRun, len(pk.Chunks)-i)
+		best.bi += n
+		return best, pk, i, n, true
 	}
-	if best == nil {
-		return nil, nil, 0, 0, false
-	}
-	pk, i := best.packs[best.pi], best.bi
-	n := min(p.c.maxRun, len(pk.Chunks)-i)
-	best.bi += n
-	return best, pk, i, n, true
 }
 
 // run is the scheduler: it issues GETs one at a time, blocking for a GET
@@ -236,11 +314,11 @@ func (c *Cache) lruHas(k blockKey) bool {
 func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 	for i := first; i < first+n; {
 		c.mu.Lock()
-		for i < first+n && !c.absentLocked(blockKey{pk.Key, i}) {
+		for i < first+n && !c.absentLocked(blockKey{pk.Key, pk.Off, i}) {
 			i++
 		}
 		end := i
-		for end < first+n && c.absentLocked(blockKey{pk.Key, end}) {
+		for end < first+n && c.absentLocked(blockKey{pk.Key, pk.Off, end}) {
 			end++
 		}
 		c.mu.Unlock()
@@ -263,7 +341,7 @@ func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 		// A reader may have started some of these meanwhile: fetch the
 		// absent prefix, give back the rest.
 		run := i
-		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, run}) {
+		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, pk.Off, run}) {
 			run++
 		}
 		var unused int64

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"net"
 	"syscall"
 
 	"github.com/lakestream/lakestream/cache"
@@ -19,9 +20,15 @@ var errNoEntry = errors.New("no such file or directory")
 // (missing entry, interrupted request) are logged with the path.
 func (r *Root) toErrno(op, path string, err error) syscall.Errno {
 	var errno syscall.Errno
+	var netErr *net.OpError
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &netErr):
+		// The store is unreachable: its socket's errno (ECONNREFUSED...)
+		// would mislead the reader; the file is there, the read failed.
+		r.log.Error("returning EIO: the store is unreachable", "op", op, "path", path, "err", err)
+		return syscall.EIO
 	case errors.As(err, &errno):
 		return errno
 	case errors.Is(err, errNoEntry):

@@ -32,9 +32,7 @@ package fs
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,14 +55,25 @@ type Reader interface {
 type Options struct {
 	View   *View
 	Reader Reader
-	// Ranks are the ranks shown; nil shows all.
+	// Ranks are the ranks shown (of the view, with ViewRanks); nil shows
+	// all.
 	Ranks []int
 	// Wait is how long a lookup of a step that is not committed yet waits
 	// for it (0: fail at once).
 	Wait time.Duration
-	// Touch, if set, is called when a file of a step is opened (the
-	// prefetch trigger).
-	Touch func(step int64)
+	// Packs gives a rank's file list when a reader first lists or opens
+	// its directory.
+	Packs PackSource
+	// StreamRanks is the stream's number of ranks R.
+	StreamRanks int
+	// ViewRanks, if > 0, shows R2 = ViewRanks ranks (R2 divides R): rank-r
+	// holds the original ranks r*(R/R2)..(r+1)*(R/R2)-1, each as a
+	// directory rank-<original> (--view-ranks).
+	ViewRanks int
+	// Touch, if set, is called when a file of a step is opened, with the
+	// original rank the file belongs to (-1: a step-level file): the
+	// prefetch trigger.
+	Touch func(step int64, rank int)
 	// Served, if set, is called after bytes of a step were read.
 	Served func(step int64, n int)
 	// BlockSize is st_blksize of files: the I/O size tools should use.
@@ -87,14 +96,16 @@ type Root struct {
 	// Constant after New.
 	view    *View
 	reader  Reader
-	ranks   map[int]bool // nil: all
+	packs   PackSource
+	layout  layout
 	wait    time.Duration
-	touch   func(int64)
+	touch   func(int64, int)
 	servedf func(int64, int)
 	blksize uint32
 	log     *slog.Logger
 
 	steps  atomic.Pointer[gofs.Inode] // set in OnAdd
+	made   atomic.Int64               // step directory nodes made
 	notify sync.Mutex                 // serialises kernel notifications
 }
 
@@ -104,6 +115,8 @@ func New(o Options) *Root {
 	r := &Root{
 		view:    o.View,
 		reader:  o.Reader,
+		packs:   o.Packs,
+		layout:  layout{ranks: o.StreamRanks, view: o.ViewRanks},
 		wait:    o.Wait,
 		touch:   o.Touch,
 		servedf: o.Served,
@@ -111,9 +124,9 @@ func New(o Options) *Root {
 		log:     o.Logger,
 	}
 	if o.Ranks != nil {
-		r.ranks = map[int]bool{}
+		r.layout.shown = map[int]bool{}
 		for _, rk := range o.Ranks {
-			r.ranks[rk] = true
+			r.layout.shown[rk] = true
 		}
 	}
 	if r.log == nil {
@@ -181,9 +194,35 @@ func (r *Root) Publish(s *Snapshot) {
 // notifications of reclaimed steps.
 const notifyPatience = time.Second
 
+// Metadata window: a node keeps the step directories (their file lists and
+// inodes) within StepWindow steps of the step directory it made last, and
+// lets go of the others every trimEvery new step directories: they leave
+// the inode tree and the kernel's dentry cache, and a later lookup builds
+// them again (the file lists are fetched again). So a reader moving through
+// a live window of thousands of steps, or a find over all of them, holds a
+// window of metadata, not the whole stream.
+const (
+	StepWindow = 64
+	trimEvery  = 16
+)
+
+// noteStep is called when a step directory node is made.
+func (r *Root) noteStep(n int64) {
+	if r.made.Add(1)%trimEvery != 0 {
+		return
+	}
+	go r.forget(func(s int64) bool { return s < n-StepWindow || s > n+StepWindow })
+}
+
 // forgetBelow removes the step directories below live from the tree and
 // the kernel's dentry cache.
 func (r *Root) forgetBelow(live int64) {
+	r.forget(func(s int64) bool { return s < live })
+}
+
+// forget removes the step directories drop selects from the tree and the
+// kernel's dentry cache.
+func (r *Root) forget(drop func(step int64) bool) {
 	steps := r.steps.Load()
 	if steps == nil {
 		return
@@ -192,12 +231,12 @@ func (r *Root) forgetBelow(live int64) {
 	defer r.notify.Unlock()
 	for name, ch := range steps.Children() {
 		n, ok := parseStep(name)
-		if !ok || n >= live {
+		if !ok || !drop(n) {
 			continue
 		}
 		steps.RmChild(name)
 		if errno := steps.NotifyDelete(name, ch); errno != 0 && errno != syscall.ENOENT {
-			r.log.Debug("kernel notification for a reclaimed step failed", "step", n, "errno", errno)
+			r.log.Debug("kernel notification for a dropped step failed", "step", n, "errno", errno)
 		}
 	}
 }
@@ -310,6 +349,8 @@ func (h *headNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if writeFlags(flags) {
 		return nil, 0, syscall.EROFS
 	}
+	// Whoever reads head wants it fresh: poll the log now.
+	h.r.view.Want()
 	// Direct I/O: each read sees the current head, whatever size the
 	// kernel last saw.
 	return nil, fuse.FOPEN_DIRECT_IO, 0
@@ -358,12 +399,15 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 			return ch, 0
 		}
 	}
-	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name}
-	d.tree = sync.OnceValue(func() *tree { return stepTree(tgb, s.r.ranks) })
+	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name, tree: newLazy(func(ctx context.Context) (*tree, error) {
+		return stepTree(ctx, s.r.packs, tgb, s.r.layout)
+	})}
+	s.r.noteStep(n)
 	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
 func (s *stepsNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	s.r.view.Want() // a listing wants new steps too
 	snap := s.r.view.Load()
 	list := make([]fuse.DirEntry, len(snap.Steps))
 	for i := range snap.Steps {
@@ -380,7 +424,7 @@ type dirNode struct {
 	r    *Root
 	tgb  *txn.TGB
 	path string // for logs
-	tree func() *tree
+	tree *lazyTree
 }
 
 var (
@@ -396,11 +440,15 @@ func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	e := d.tree().kids[name]
+	t, err := d.tree.get(ctx)
+	if err != nil {
+		return nil, d.r.toErrno("lookup", d.path+"/"+name, err)
+	}
+	e := t.lookup(name)
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
-	if e.dir != nil {
+	if e.isDir() {
 		d.r.dirAttr(&out.Attr, d.tgb.Time)
 	} else {
 		d.r.fileAttr(&out.Attr, e.file.Size, d.tgb.Time)
@@ -411,21 +459,28 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return ch, 0 // children of an immutable directory never change
 	}
 	path := d.path + "/" + name
-	if e.dir != nil {
-		sub := e.dir
-		return d.NewInode(ctx, &dirNode{r: d.r, tgb: d.tgb, path: path, tree: func() *tree { return sub }},
+	if e.isDir() {
+		sub := e.lazy
+		if sub == nil {
+			sub = known(e.dir)
+		}
+		return d.NewInode(ctx, &dirNode{r: d.r, tgb: d.tgb, path: path, tree: sub},
 			gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	}
-	return d.NewInode(ctx, &fileNode{r: d.r, tgb: d.tgb, pack: e.pack, file: e.file, path: path},
+	return d.NewInode(ctx, &fileNode{r: d.r, tgb: d.tgb, pack: e.pack, file: e.file, rank: e.rank, path: path},
 		gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	t := d.tree()
-	list := make([]fuse.DirEntry, len(t.names))
-	for i, name := range t.names {
+	t, err := d.tree.get(ctx)
+	if err != nil {
+		return nil, d.r.toErrno("readdir", d.path, err)
+	}
+	names, isDir := t.list()
+	list := make([]fuse.DirEntry, len(names))
+	for i, name := range names {
 		mode := uint32(syscall.S_IFREG)
-		if t.kids[name].dir != nil {
+		if isDir(name) {
 			mode = syscall.S_IFDIR
 		}
 		list[i] = fuse.DirEntry{Name: name, Mode: mode}
@@ -441,6 +496,7 @@ type fileNode struct {
 	tgb  *txn.TGB
 	pack *txn.Pack
 	file *txn.File
+	rank int // original rank; -1: a step-level file
 	path string
 }
 
@@ -461,7 +517,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, syscall.EROFS
 	}
 	if f.r.touch != nil {
-		f.r.touch(f.tgb.Step)
+		f.r.touch(f.tgb.Step, f.rank)
 	}
 	// The bytes never change: the page cache may keep them across opens.
 	return nil, fuse.FOPEN_KEEP_CACHE, 0
@@ -484,74 +540,4 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 
 func writeFlags(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&(syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CREAT) != 0
-}
-
-// tree is one directory's listing inside a step.
-type tree struct {
-	names []string // listing order
-	kids  map[string]*treeEntry
-}
-
-type treeEntry struct {
-	dir  *tree // a subdirectory, or nil for a file
-	pack *txn.Pack
-	file *txn.File
-}
-
-func newTree() *tree { return &tree{kids: map[string]*treeEntry{}} }
-
-// stepTree is a step directory: the shown ranks in numeric order, then the
-// step-level files in name order.
-func stepTree(t *txn.TGB, ranks map[int]bool) *tree {
-	root := newTree()
-	for r, p := range t.Ranks {
-		if ranks != nil && !ranks[r] {
-			continue
-		}
-		name := "rank-" + strconv.Itoa(r)
-		root.names = append(root.names, name)
-		root.kids[name] = &treeEntry{dir: packTree(p)}
-	}
-	if t.Shared != nil {
-		shared := packTree(t.Shared)
-		root.names = append(root.names, shared.names...)
-		for name, e := range shared.kids {
-			root.kids[name] = e
-		}
-	}
-	return root
-}
-
-// packTree is the directory tree of a pack's file names, each directory's
-// names in byte order.
-func packTree(p *txn.Pack) *tree {
-	root := newTree()
-	for i := range p.Files {
-		f := &p.Files[i]
-		d := root
-		els := strings.Split(f.Name, "/")
-		for _, el := range els[:len(els)-1] {
-			e := d.kids[el]
-			if e == nil {
-				e = &treeEntry{dir: newTree()}
-				d.kids[el] = e
-				d.names = append(d.names, el)
-			}
-			d = e.dir
-		}
-		name := els[len(els)-1]
-		d.kids[name] = &treeEntry{pack: p, file: f}
-		d.names = append(d.names, name)
-	}
-	sortTree(root)
-	return root
-}
-
-func sortTree(t *tree) {
-	slices.Sort(t.names)
-	for _, e := range t.kids {
-		if e.dir != nil {
-			sortTree(e.dir)
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +30,23 @@ func TestParseStep(t *testing.T) {
 	}
 }
 
+// fakePacks serves packs from memory and counts what is asked for.
+type fakePacks struct {
+	ranks  []*txn.Pack
+	shared *txn.Pack
+	asked  map[int]int
+}
+
+func (f *fakePacks) Pack(_ context.Context, _ *txn.TGB, r int) (*txn.Pack, error) {
+	f.asked[r]++
+	if r < 0 {
+		return f.shared, nil
+	}
+	return f.ranks[r], nil
+}
+
 func TestStepTree(t *testing.T) {
+	ctx := t.Context()
 	pack := func(names ...string) *txn.Pack {
 		p := &txn.Pack{}
 		for _, n := range names {
@@ -37,22 +54,65 @@ func TestStepTree(t *testing.T) {
 		}
 		return p
 	}
-	tgb := &txn.TGB{Ranks: make([]*txn.Pack, 12), Shared: pack("z.json", "a/b.txt")}
-	for r := range tgb.Ranks {
-		tgb.Ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
+	src := &fakePacks{ranks: make([]*txn.Pack, 12), shared: pack("z.json", "a/b.txt"), asked: map[int]int{}}
+	for r := range src.ranks {
+		src.ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
 	}
-	root := stepTree(tgb, nil)
+	tgb := &txn.TGB{Step: 7}
+	root, err := stepTree(ctx, src, tgb, layout{ranks: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []string{"rank-0", "rank-1", "rank-2", "rank-3", "rank-4", "rank-5", "rank-6", "rank-7", "rank-8", "rank-9", "rank-10", "rank-11", "a", "z.json"}
-	if !slices.Equal(root.names, want) {
-		t.Errorf("step lists %v, want %v", root.names, want)
+	if names, _ := root.list(); !slices.Equal(names, want) {
+		t.Errorf("step lists %v, want %v", names, want)
 	}
-	r3 := root.kids["rank-3"].dir
+	// Listing the step fetched the shared files only: no rank is fetched
+	// before a reader looks into it.
+	if len(src.asked) != 1 || src.asked[-1] != 1 {
+		t.Fatalf("listing a step fetched %v, want only the shared files", src.asked)
+	}
+	r3, err := root.lookup("rank-3").lazy.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !slices.Equal(r3.names, []string{"a.bin", "b.bin", "x"}) || !slices.Equal(r3.kids["x"].dir.names, []string{"10.bin", "2.bin"}) {
 		t.Errorf("rank-3 lists %v, x lists %v", r3.names, r3.kids["x"].dir.names)
 	}
-	filtered := stepTree(tgb, map[int]bool{3: true, 10: true})
-	if !slices.Equal(filtered.names, []string{"rank-3", "rank-10", "a", "z.json"}) {
-		t.Errorf("with ranks 3,10 the step lists %v", filtered.names)
+	if _, err := root.lookup("rank-3").lazy.get(ctx); err != nil || src.asked[3] != 1 || len(src.asked) != 2 {
+		t.Fatalf("after listing rank-3 twice: fetched %v (err %v), want rank 3 once", src.asked, err)
+	}
+	filtered, err := stepTree(ctx, src, tgb, layout{ranks: 12, shown: map[int]bool{3: true, 10: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := filtered.list(); !slices.Equal(names, []string{"rank-3", "rank-10", "a", "z.json"}) || filtered.lookup("rank-4") != nil {
+		t.Errorf("with ranks 3,10 the step lists %v", names)
+	}
+	for _, bad := range []string{"rank-12", "rank-03", "rank--1", "rank-", "rank-1x"} {
+		if root.lookup(bad) != nil {
+			t.Errorf("%s found in a 12-rank step", bad)
+		}
+	}
+	// A view of 3 ranks over 12: rank-1 holds original ranks 4-7, each a
+	// directory named after it, fetched only when looked into.
+	view, err := stepTree(ctx, src, tgb, layout{ranks: 12, view: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := view.list(); !slices.Equal(names, []string{"rank-0", "rank-1", "rank-2", "a", "z.json"}) {
+		t.Errorf("view of 3 lists %v", names)
+	}
+	v1, err := view.lookup("rank-1").lazy.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(v1.names, []string{"rank-4", "rank-5", "rank-6", "rank-7"}) || src.asked[5] != 0 {
+		t.Fatalf("view rank-1 lists %v (fetched %v)", v1.names, src.asked)
+	}
+	o5, err := v1.kids["rank-5"].lazy.get(ctx)
+	if err != nil || !slices.Equal(o5.names, []string{"a.bin", "b.bin", "x"}) || o5.kids["a.bin"].rank != 5 {
+		t.Fatalf("view rank-1/rank-5 lists %v (err %v)", o5.names, err)
 	}
 }
 
@@ -126,7 +186,24 @@ func TestWaitStep(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(20*time.Millisecond, cancel)
-	if _, err := v.WaitStep(cctx, 9, time.Minute); !errors.Is(err, context.Canceled) {
+	if _, err := v.WaitStep(cctx, 10, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted wait: %v", err)
+	}
+}
+
+// TestWaitStepOneDeadlinePerOperation: the lookups one operation makes of a
+// future step (ls: stat, then open) share one deadline: the second fails
+// when the first does, instead of waiting --wait again.
+func TestWaitStepOneDeadlinePerOperation(t *testing.T) {
+	v := NewView(&Snapshot{Steps: nil})
+	const d = 300 * time.Millisecond
+	start := time.Now()
+	_, err1 := v.WaitStep(t.Context(), 5, d)
+	_, err2 := v.WaitStep(t.Context(), 5, d)
+	if !errors.Is(err1, errNoEntry) || !errors.Is(err2, errNoEntry) || !strings.Contains(err2.Error(), "one deadline") {
+		t.Fatalf("lookups: %v; %v", err1, err2)
+	}
+	if took := time.Since(start); took >= 2*d {
+		t.Fatalf("two lookups of one step waited %s, want one --wait of %s", took, d)
 	}
 }

@@ -55,6 +55,40 @@ func (s *Snapshot) Step(n int64) (*txn.TGB, bool) {
 type View struct {
 	cur atomic.Pointer[published]
 	mu  sync.Mutex // serialises Publish
+
+	// deadlines holds, per step being waited for, when its wait ends: one
+	// operation (ls, stat then open) makes several lookups of a future
+	// step, and each waiting its own --wait would multiply it.
+	waitMu    sync.Mutex
+	deadlines map[int64]time.Time // GUARDED_BY(waitMu)
+
+	// Demand, for a publisher that polls only when someone waits: wanted
+	// (capacity 1) is signalled when a lookup asks for a step past the
+	// head; waiting counts lookups blocked in WaitStep.
+	wanted  chan struct{}
+	waiting atomic.Int32
+}
+
+// deadline is the end of the wait for step n: that of a wait still running
+// or ended less than shareAfter ago (the next lookup of the same operation
+// follows at once), or now+d.
+func (v *View) deadline(n int64, d time.Duration) (time.Time, bool) {
+	v.waitMu.Lock()
+	defer v.waitMu.Unlock()
+	now := time.Now()
+	if dl, ok := v.deadlines[n]; ok && now.Before(dl.Add(shareAfter)) {
+		return dl, true
+	}
+	if v.deadlines == nil {
+		v.deadlines = map[int64]time.Time{}
+	}
+	for k, dl := range v.deadlines {
+		if !now.Before(dl.Add(shareAfter)) {
+			delete(v.deadlines, k)
+		}
+	}
+	v.deadlines[n] = now.Add(d)
+	return now.Add(d), false
 }
 
 // published pairs a snapshot with the channel closed when it is replaced,
@@ -66,7 +100,7 @@ type published struct {
 
 // NewView returns a view showing s.
 func NewView(s *Snapshot) *View {
-	v := &View{}
+	v := &View{wanted: make(chan struct{}, 1)}
 	v.cur.Store(&published{snap: s, changed: make(chan struct{})})
 	return v
 }
@@ -83,31 +117,64 @@ func (v *View) Publish(s *Snapshot) *Snapshot {
 	return old.snap
 }
 
+// shareAfter is how long after a wait for a step ended a lookup of it still
+// fails at once instead of waiting again.
+const shareAfter = time.Second
+
+// Wanted is signalled when a lookup asks for a step that is not committed
+// yet: the publisher should look for new versions now.
+func (v *View) Wanted() <-chan struct{} { return v.wanted }
+
+// Waiting reports whether a lookup is blocked waiting for a step.
+func (v *View) Waiting() bool { return v.waiting.Load() > 0 }
+
+// Want signals Wanted: a reader wants the newest state (a step past the
+// head, the head itself, a fresh listing).
+func (v *View) Want() {
+	select {
+	case v.wanted <- struct{}{}:
+	default:
+	}
+}
+
 // errNotCommitted: a step that is not committed (or was reclaimed) was
 // looked up. It maps to ENOENT.
 var errNotCommitted = fmt.Errorf("step is not committed or was reclaimed: %w", errNoEntry)
 
 // WaitStep returns step n's TGB, waiting up to d for it to be committed.
 // A reclaimed step fails at once; so does any missing step when d is 0.
+// Lookups of one step within d of the first share its deadline, so one
+// operation waits d in all, not d per lookup.
 func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB, error) {
 	var deadline <-chan time.Time
+	how := ""
 	for {
 		p := v.cur.Load()
 		if t, ok := p.snap.Step(n); ok {
 			return t, nil
 		}
-		if n < p.snap.LiveFrom || d <= 0 {
+		if n < p.snap.LiveFrom {
+			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
+		}
+		v.Want()
+		if d <= 0 {
 			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
 		}
 		if deadline == nil {
-			t := time.NewTimer(d)
+			dl, shared := v.deadline(n, d)
+			if shared {
+				how = " (one deadline for all lookups of it in that time)"
+			}
+			t := time.NewTimer(time.Until(dl))
 			defer t.Stop()
 			deadline = t.C
+			v.waiting.Add(1)
+			defer v.waiting.Add(-1)
 		}
 		select {
 		case <-p.changed:
 		case <-deadline:
-			return nil, fmt.Errorf("step %d after waiting %s: %w", n, d, errNotCommitted)
+			return nil, fmt.Errorf("step %d after waiting %s%s: %w", n, d, how, errNotCommitted)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for step %d: %w", n, ctx.Err())
 		}

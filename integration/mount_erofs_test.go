@@ -107,7 +107,10 @@ func TestMountCorruptPack(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgb, _ := st.Step(0)
-	pack := tgb.Ranks[1]
+	pack, err := l.Pack(context.Background(), tgb, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var big txn.File
 	for _, f := range pack.Files {
 		if f.Name == "sample-00.bin" {
@@ -120,7 +123,7 @@ func TestMountCorruptPack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[big.Off+big.Size/2] ^= 0x01
+	b[pack.Off+big.Off+big.Size/2] ^= 0x01
 	if err := os.WriteFile(obj, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

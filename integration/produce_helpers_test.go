@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -251,6 +251,7 @@ type prdRecord struct {
 	Batch    string    `json:"batch"`
 	Sealed   bool      `json:"sealed"`
 	Files    []prdFile `json:"files"`
+	WaitedMS int64     `json:"waited_ms"` // time the writer waited on a full staging disk
 }
 
 func prdKey(producer, batch string) string { return producer + "/" + batch }
@@ -337,6 +338,9 @@ func prdCheckStagingEmpty(t testing.TB, dir string) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
+		if e.Name() == stage.LockFile {
+			continue // the producer's lock file stays, by design
+		}
 		if e.Name() != "_rejected" {
 			t.Errorf("staging %s: %s left behind", dir, e.Name())
 			continue
@@ -394,6 +398,7 @@ type prdStatus struct {
 		Seq    uint64 `json:"seq"`
 		Cursor string `json:"cursor"`
 	} `json:"producers"`
+	DataBytes int64 `json:"data_bytes"`
 }
 
 func prdGetStatus(t testing.TB, bin, url string) prdStatus {
@@ -473,10 +478,11 @@ func prdCheckCommitted(t testing.TB, s store.Store, st *txn.State, want map[stri
 	if t.Failed() {
 		return order
 	}
+	l := &txn.Log{Store: s, Config: st.Config}
 	g, ctx := errgroup.WithContext(t.Context())
 	g.SetLimit(8)
 	for _, tgb := range st.Steps {
-		g.Go(func() error { return prdCheckStep(ctx, s, tgb, want[prdKey(tgb.Producer, tgb.Batch)]) })
+		g.Go(func() error { return prdCheckStep(ctx, l, tgb, want[prdKey(tgb.Producer, tgb.Batch)]) })
 	}
 	if err := g.Wait(); err != nil {
 		t.Error(err)
@@ -486,7 +492,7 @@ func prdCheckCommitted(t testing.TB, s store.Store, st *txn.State, want map[stri
 
 // prdCheckStep reads a step's packs and compares every file with the
 // writer's record.
-func prdCheckStep(ctx context.Context, s store.Store, tgb *txn.TGB, rec prdRecord) error {
+func prdCheckStep(ctx context.Context, l *txn.Log, tgb *txn.TGB, rec prdRecord) error {
 	type fileKey struct {
 		rank int
 		name string
@@ -495,15 +501,19 @@ func prdCheckStep(ctx context.Context, s store.Store, tgb *txn.TGB, rec prdRecor
 	for _, f := range rec.Files {
 		left[fileKey{f.Rank, f.Name}] = f
 	}
-	packs := map[int]*txn.Pack{-1: tgb.Shared}
-	for r, p := range tgb.Ranks {
+	ranks, shared, err := l.Packs(ctx, tgb)
+	if err != nil {
+		return fmt.Errorf("step %d (%s/%s): %w", tgb.Step, tgb.Producer, tgb.Batch, err)
+	}
+	packs := map[int]*txn.Pack{-1: shared}
+	for r, p := range ranks {
 		packs[r] = p
 	}
 	for rank, p := range packs {
 		if p == nil {
 			continue
 		}
-		data, err := prdGetAll(ctx, s, p.Key)
+		data, err := l.Store.GetRange(ctx, p.Key, p.Off, p.Size)
 		if err != nil {
 			return fmt.Errorf("step %d (%s/%s): %w", tgb.Step, tgb.Producer, tgb.Batch, err)
 		}
@@ -534,15 +544,6 @@ func prdCheckStep(ctx context.Context, s store.Store, tgb *txn.TGB, rec prdRecor
 		return fmt.Errorf("step %d (%s/%s): files the writer wrote are missing: %s", tgb.Step, tgb.Producer, tgb.Batch, strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-func prdGetAll(ctx context.Context, s store.Store, key string) ([]byte, error) {
-	rc, err := s.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(rc)
 }
 
 // prdTreeSum is a directory tree's content: relative path -> mode, size

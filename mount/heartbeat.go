@@ -2,9 +2,16 @@ package mount
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -37,7 +44,7 @@ func (m *mounted) writeHeartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	snap := m.view.Load()
-	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, PID: os.Getpid()}
+	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, ViewRanks: m.opts.ViewRanks, PID: os.Getpid()}
 	hb.Host, _ = os.Hostname()
 	if h := m.highest.Load(); h >= 0 {
 		hb.Step = &h
@@ -50,4 +57,50 @@ func (m *mounted) writeHeartbeat(ctx context.Context) error {
 		return err
 	}
 	return store.PutBytes(ctx, m.store, txn.HeartbeatKey(m.opts.NodeID), append(b, '\n'))
+}
+
+// defaultNodeID is the host name plus a hash of the absolute mount point:
+// two mounts on one host get two heartbeats, and a remount at the same
+// place keeps its id.
+func defaultNodeID(mountpoint string) (string, error) {
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no --node-id and no hostname (%v); pass --node-id", err)
+	}
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return "", fmt.Errorf("mount point %s: %w", mountpoint, err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	if len(h) > 100 {
+		h = h[:100]
+	}
+	return h + "-" + hex.EncodeToString(sum[:4]), nil
+}
+
+// ErrNodeIDInUse: another live mount reports under the same node id; two
+// mounts sharing a heartbeat look like one consumer to gc and producers.
+var ErrNodeIDInUse = errors.New("node id in use")
+
+// checkNodeIDFree refuses id when its heartbeat is fresh and was written by
+// another live process: another host, or a running pid on this one. A
+// heartbeat left by a killed mount of this host does not block its restart.
+func checkNodeIDFree(ctx context.Context, s store.Store, id string, now time.Time) error {
+	b, err := store.ReadAll(ctx, s, txn.HeartbeatKey(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the heartbeat of node id %s: %w", id, err)
+	}
+	var hb txn.Heartbeat
+	if json.Unmarshal(b, &hb) != nil || now.Sub(hb.Time) > txn.ConsumerTimeout {
+		return nil
+	}
+	host, _ := os.Hostname()
+	if hb.Host == host && (hb.PID == os.Getpid() || hb.PID <= 0 || unix.Kill(hb.PID, 0) == unix.ESRCH) {
+		return nil
+	}
+	return usageError{fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
+		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second))}
 }

@@ -2,6 +2,7 @@ package mount
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,11 +69,19 @@ func (x *metrics) register(m *mounted) {
 			func() float64 { return float64(m.view.Load().Version) }),
 		gauge("lakefs_mount_highest_step_read", "Highest step read through the mount (-1 before the first read).",
 			func() float64 { return float64(m.highest.Load()) }),
+		counter("lakefs_mount_log_polls_total", "Refreshes of the manifest log (each one GET or more).",
+			func() float64 { return float64(m.polls.Load()) }),
 	)
 }
 
-func (x *metrics) server() *http.Server {
+// server serves /metrics and, when profiling, Go's /debug/pprof/ handlers.
+func (x *metrics) server(profiling bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }

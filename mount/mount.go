@@ -19,10 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +31,7 @@ import (
 
 	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/fs"
+	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -57,8 +55,15 @@ func Usagef(format string, args ...any) error {
 type Options struct {
 	Store      string // store URL
 	Mountpoint string
-	// Ranks shown and prefetched; nil means all of the stream's ranks.
+	// Ranks shown; nil means all of the stream's ranks (of the view, with
+	// ViewRanks). Whatever is shown, only what readers open is fetched.
 	Ranks []int
+	// ViewRanks, if > 0, shows the stream as ViewRanks ranks (it must
+	// divide the stream's R): rank-r holds original ranks
+	// r*(R/ViewRanks)..(r+1)*(R/ViewRanks)-1 as rank-<original>/
+	// subdirectories, so a job restarted on fewer GPUs reads the same
+	// global batches.
+	ViewRanks int
 	// CacheSize is the memory budget of the block cache in bytes.
 	CacheSize int64
 	// PrefetchSteps is P: opening a file of step n prefetches steps
@@ -67,8 +72,12 @@ type Options struct {
 	// Wait is how long a lookup of a step not yet committed blocks.
 	Wait time.Duration
 	// PollInterval is how often the manifest log is checked for new
-	// versions.
-	PollInterval time.Duration
+	// versions while someone needs them: a lookup waits for a step not
+	// committed yet, or a reader has just read within a few steps of the
+	// head. IdlePollInterval applies otherwise, so that thousands of idle
+	// or lagging nodes cost the store little.
+	PollInterval     time.Duration
+	IdlePollInterval time.Duration
 	// NodeID names this node's heartbeat, _consumers/<node-id>.json.
 	NodeID            string
 	HeartbeatInterval time.Duration
@@ -85,8 +94,10 @@ type Options struct {
 	// store in benchmarks.
 	StoreLatency time.Duration
 	AllowOther   bool
-	Debug        bool // log every FUSE request
-	Logger       *slog.Logger
+	// Profiling serves Go's pprof handlers at MetricsAddr/debug/pprof/.
+	Profiling bool
+	Debug     bool // log every FUSE request
+	Logger    *slog.Logger
 	// Ready, if set, is called once the view is mounted and serving.
 	Ready func(Info)
 }
@@ -100,9 +111,14 @@ type Info struct {
 
 // Defaults.
 const (
-	DefaultCacheSize         = 2 << 30
-	DefaultPrefetchSteps     = 2
-	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultCacheSize        = 2 << 30
+	DefaultPrefetchSteps    = 2
+	DefaultPollInterval     = 250 * time.Millisecond
+	DefaultIdlePollInterval = 10 * time.Second
+	// nearRecent: a read of a step within nearSteps of the head keeps
+	// polling fast for this long.
+	nearRecent               = 10 * time.Second
+	nearSteps                = 3
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultReadAhead         = 4 << 20
 )
@@ -137,6 +153,12 @@ func (o *Options) setDefaults() error {
 	if o.PollInterval < time.Millisecond {
 		return Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
 	}
+	if o.IdlePollInterval == 0 {
+		o.IdlePollInterval = max(DefaultIdlePollInterval, o.PollInterval)
+	}
+	if o.IdlePollInterval < o.PollInterval {
+		return Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
+	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
@@ -147,11 +169,11 @@ func (o *Options) setDefaults() error {
 		o.ReadAhead = DefaultReadAhead
 	}
 	if o.NodeID == "" {
-		h, err := os.Hostname()
+		id, err := defaultNodeID(o.Mountpoint)
 		if err != nil {
-			return fmt.Errorf("no --node-id and no hostname (%v); pass --node-id", err)
+			return err
 		}
-		o.NodeID = h
+		o.NodeID = id
 	}
 	if err := validateNodeID(o.NodeID); err != nil {
 		return err
@@ -197,11 +219,21 @@ func Run(ctx context.Context, o Options) error {
 	}
 	l, err := txn.Open(ctx, st)
 	if err != nil {
-		return fmt.Errorf("opening the stream at %s: %w", redact(o.Store), err)
+		return fmt.Errorf("opening the stream at %s: %w", store.Redact(o.Store), err)
+	}
+	shown := l.Config.Ranks
+	if o.ViewRanks != 0 {
+		if o.ViewRanks < 0 || o.ViewRanks > l.Config.Ranks || l.Config.Ranks%o.ViewRanks != 0 {
+			return Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
+		}
+		shown = o.ViewRanks
+	}
+	if err := checkNodeIDFree(ctx, st, o.NodeID, time.Now()); err != nil {
+		return err
 	}
 	for _, r := range o.Ranks {
-		if r < 0 || r >= l.Config.Ranks {
-			return Usagef("--ranks names rank %d, but the stream has ranks 0-%d", r, l.Config.Ranks-1)
+		if r < 0 || r >= shown {
+			return Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
 	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
@@ -233,27 +265,36 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{Depth: o.PrefetchSteps, Packs: m.packs, Logger: log})
-	m.root = fs.New(fs.Options{
-		View:      m.view,
-		Reader:    c,
-		Ranks:     o.Ranks,
-		Wait:      o.Wait,
-		Touch:     m.prefetch.Touch,
-		Served:    m.served,
-		BlockSize: uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
+	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
+		Depth:     o.PrefetchSteps,
+		Committed: m.committed,
+		Pack:      m.pack,
 		Logger:    log,
+	})
+	m.root = fs.New(fs.Options{
+		View:        m.view,
+		Reader:      c,
+		Packs:       m.packs,
+		StreamRanks: l.Config.Ranks,
+		ViewRanks:   o.ViewRanks,
+		Ranks:       o.Ranks,
+		Wait:        o.Wait,
+		Touch:       m.prefetch.Touch,
+		Served:      m.served,
+		BlockSize:   uint32(min(l.Config.ChunkSize, fs.MaxRead)),
+		Logger:      log,
 	})
 	m.metrics.register(m)
 
 	var metricsAddr string
 	if o.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", o.MetricsAddr)
+		ln, err := listen.TCP(o.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server()
+		srv := m.metrics.server(o.Profiling)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -278,7 +319,7 @@ func Run(ctx context.Context, o Options) error {
 		server.Wait()
 		close(served)
 	}()
-	log.Info("mounted", "mountpoint", o.Mountpoint, "store", redact(o.Store), "version", state.Version,
+	log.Info("mounted", "mountpoint", o.Mountpoint, "store", store.Redact(o.Store), "version", state.Version,
 		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, l.Config.Ranks),
 		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
 
@@ -352,53 +393,73 @@ type mounted struct {
 	view     *fs.View
 	root     *fs.Root
 	metrics  *metrics
+	packs    *packLoader
 	dev      uint64
 
 	state *txn.State // owned by the tailer goroutine
 
-	highest atomic.Int64 // highest step read, -1 before the first read
+	highest  atomic.Int64 // highest step read, -1 before the first read
+	lastRead atomic.Int64 // unix nanoseconds of the latest read
+	polls    atomic.Int64 // refreshes of the manifest log
 }
 
-// packs returns the packs this node reads of step n: its ranks', and the
-// step-level files.
-func (m *mounted) packs(n int64) ([]*txn.Pack, bool) {
+// committed reports whether step n is live in the view.
+func (m *mounted) committed(n int64) bool {
+	_, ok := m.view.Load().Step(n)
+	return ok
+}
+
+// pack is rank r's pack of step n (r < 0: the shared files), through the
+// loader the view uses, so each is fetched once.
+func (m *mounted) pack(ctx context.Context, n int64, r int) (*txn.Pack, error) {
 	t, ok := m.view.Load().Step(n)
 	if !ok {
-		return nil, false
+		return nil, fmt.Errorf("step %d is not live", n)
 	}
-	var ps []*txn.Pack
-	for r, p := range t.Ranks {
-		if m.opts.Ranks == nil || slices.Contains(m.opts.Ranks, r) {
-			ps = append(ps, p)
-		}
-	}
-	if t.Shared != nil {
-		ps = append(ps, t.Shared)
-	}
-	return ps, true
+	return m.packs.Pack(ctx, t, r)
 }
 
 // served records a read of step n.
 func (m *mounted) served(n int64, _ int) {
+	// Position first, then the wake-up: the poller decides its next
+	// interval from them.
+	m.lastRead.Store(time.Now().UnixNano())
 	for {
 		h := m.highest.Load()
 		if n <= h || m.highest.CompareAndSwap(h, n) {
-			return
+			break
 		}
+	}
+	if n >= m.view.Load().Next()-nearSteps {
+		m.view.Want() // a reader near the head: it will want the next step soon
 	}
 }
 
-// tail refreshes the state every poll interval and publishes each change.
+// tail refreshes the state and publishes each change. It polls every
+// PollInterval while there is demand (pollInterval), at once (at most once
+// per PollInterval) when a lookup asks for a step past the head, and every
+// IdlePollInterval otherwise.
 func (m *mounted) tail(ctx context.Context) {
-	t := time.NewTicker(m.opts.PollInterval)
-	defer t.Stop()
+	timer := time.NewTimer(m.pollInterval())
+	defer timer.Stop()
+	var last time.Time
 	lastErr := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-timer.C:
+		case <-m.view.Wanted():
+			if early := m.opts.PollInterval - time.Since(last); early > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(early):
+				}
+			}
 		}
+		last = time.Now()
+		m.polls.Add(1)
 		n, err := m.txlog.Refresh(ctx, m.state)
 		if n > 0 {
 			m.publish()
@@ -417,22 +478,29 @@ func (m *mounted) tail(ctx context.Context) {
 			m.log.Info("manifest refresh works again", "version", m.state.Version)
 			lastErr = ""
 		}
+		timer.Reset(m.pollInterval())
 	}
+}
+
+// pollInterval is PollInterval while there is demand for new steps: a
+// lookup is waiting for one, or a reader read within nearSteps of the head
+// in the last nearRecent; IdlePollInterval otherwise.
+func (m *mounted) pollInterval() time.Duration {
+	if m.view.Waiting() {
+		return m.opts.PollInterval
+	}
+	next := m.view.Load().Next()
+	if m.highest.Load() >= next-nearSteps && time.Since(time.Unix(0, m.lastRead.Load())) < nearRecent {
+		return m.opts.PollInterval
+	}
+	return m.opts.IdlePollInterval
 }
 
 func (m *mounted) publish() {
 	s := fs.NewSnapshot(m.state)
 	m.root.Publish(s)
+	m.packs.forgetBelow(s.LiveFrom)
 	m.prefetch.Kick()
-}
-
-// redact hides a password a URL might carry.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 func rankList(ranks []int, n int) string {

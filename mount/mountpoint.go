@@ -192,3 +192,39 @@ func abortConnection(dev uint64) error {
 	}
 	return os.WriteFile(filepath.Join(dir, strconv.FormatUint(dev, 10), "abort"), []byte("1"), 0o200)
 }
+
+// Abort frees the mount point path of a hung or dead lakefs-mount: it
+// aborts the FUSE connection mounted there (every request blocked in it,
+// and every later one, fails with ENOTCONN instead of waiting forever) and
+// detaches the mount, so that the next lakefs-mount on path starts clean.
+// It never looks inside path (a hung filesystem would block it). The
+// process that served the mount is not signalled: a stopped or stuck one is
+// the operator's to kill.
+func Abort(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Usagef("mount point %q: %v", path, err)
+	}
+	m, ok, err := findMount(abs)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return Usagef("nothing is mounted on %s; nothing to abort", abs)
+	}
+	if !strings.HasPrefix(m.fstype, "fuse") {
+		return Usagef("%s has a %s filesystem mounted, not a FUSE one; refusing to touch it", abs, m.fstype)
+	}
+	dev, err := devNumber(m.dev)
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", abs, err)
+	}
+	if err := abortConnection(dev); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// ErrNotExist: the connection is already gone (its process died).
+		return fmt.Errorf("aborting the FUSE connection of %s: %w", abs, err)
+	}
+	if err := syscall.Unmount(abs, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching %s: %w; run umount -l %s", abs, err, abs)
+	}
+	return nil
+}

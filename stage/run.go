@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +42,10 @@ type RunOptions struct {
 // BatchEvent is one batch leaving the staging tree.
 type BatchEvent struct {
 	Name     string
-	Step     int64 // committed step; -1 when rejected or already committed
+	Step     int64 // committed step; -1 when rejected
 	Bytes    int64
 	Rejected string // the reason, when rejected
+	Already  bool   // the batch was committed before, as Step, and only removed now
 	Waiting  string // set (and nothing else) while back-pressure holds uploads
 }
 
@@ -58,6 +62,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	unlock, err := o.Tree.Lock(o.ProducerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := o.Tree.Sweep(); err != nil {
 		return fmt.Errorf("sweeping the staging tree: %w", err)
 	}
@@ -167,12 +176,21 @@ func (r *runner) batch(ctx context.Context, name string) error {
 	case r.isAppended(name):
 		return r.p.Err() // in flight: the cleaner removes it once committed
 	case r.committed[name]:
-		// Committed before a crash, not yet removed.
-		r.Logger.Info("batch was already committed; removing it", "batch", name)
+		// Committed before a crash and not yet removed, or a writer that
+		// restarted its numbering and sealed new data under an old name:
+		// only the committed content itself may be removed.
+		step, why, err := r.sameAsCommitted(ctx, name)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			return r.reject(name, why)
+		}
+		r.Logger.Info("batch was already committed (same content); removing it", "batch", name, "step", step)
 		if err := r.Tree.Remove(name); err != nil {
 			return err
 		}
-		r.event(BatchEvent{Name: name, Step: -1})
+		r.event(BatchEvent{Name: name, Step: step, Already: true})
 		return nil
 	case name <= r.cursor:
 		return r.reject(name, fmt.Sprintf("batch %q is named at or below this producer's cursor %q and was never committed: batches commit in name order; rename it to sort after %q to commit it", name, r.cursor, r.cursor))
@@ -263,6 +281,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 		return nil
 	}
 	logged, failures := false, 0
+	var wait time.Duration
 	for {
 		err := r.refreshLead(ctx)
 		if errors.Is(err, txn.ErrCorrupt) {
@@ -296,15 +315,24 @@ func (r *runner) holdBack(ctx context.Context) error {
 		}
 		r.event(BatchEvent{Waiting: why})
 		r.maybeGC(ctx)
-		if err := sleepCtx(ctx, max(r.Poll, 200*time.Millisecond)); err != nil {
+		// Heartbeats move every 10 s and a reclaim is rare: while held,
+		// look again at a pace that grows to holdPoll, so a thousand held
+		// producers do not list thousands of heartbeats several times a
+		// second.
+		wait = min(max(wait*2, r.Poll, 200*time.Millisecond), holdPoll)
+		if err := sleepCtx(ctx, wait); err != nil {
 			return err
 		}
-		r.consumersAt = time.Time{} // waiting: look at the consumers again
 	}
 }
 
-// consumerPoll bounds how often heartbeats are reread while not waiting.
-const consumerPoll = 2 * time.Second
+// consumerPoll bounds how often heartbeats (one GET per consumer) are
+// reread: no more often than mounts write them; holdPoll bounds how
+// often a held producer looks at the log and the heartbeats again.
+const (
+	consumerPoll = 10 * time.Second // a mount writes its heartbeat every 10 s
+	holdPoll     = 2 * time.Second
+)
 
 func (r *runner) refreshLead(ctx context.Context) error {
 	if r.leadState == nil {
@@ -347,8 +375,89 @@ func (r *runner) maybeGC(ctx context.Context) {
 		r.Logger.Warn("gc failed; will retry", "err", err)
 		return
 	}
+	if len(rep.HeldBy) > 0 {
+		r.Logger.Info("gc held back by live consumers", "allowed_below", *rep.AllowedBelow, "reclaimed_below", rep.HeldBy[0].Step,
+			"slowest", rep.HeldBy[0].Node, "consumers", len(rep.HeldBy))
+	}
 	if rep.ReclaimedSteps > 0 || len(rep.DataDeleted)+len(rep.Orphans)+len(rep.LogDeleted) > 0 {
 		r.Logger.Info("gc", "reclaimed_steps", rep.ReclaimedSteps, "data_deleted", len(rep.DataDeleted),
 			"orphans", len(rep.Orphans), "log_deleted", len(rep.LogDeleted), "bytes", rep.Bytes)
 	}
+}
+
+// sameAsCommitted compares the staged batch name with what this producer
+// committed under that name. why is empty when every file's name, size and
+// CRC32C match the manifest's; otherwise it is the reason to reject.
+func (r *runner) sameAsCommitted(ctx context.Context, name string) (step int64, why string, err error) {
+	st, err := r.Log.Load(ctx)
+	if err != nil {
+		return -1, "", err
+	}
+	var tgb *txn.TGB
+	for i := len(st.Steps) - 1; i >= 0; i-- {
+		if t := st.Steps[i]; t.Producer == r.ProducerID && t.Batch == name {
+			tgb = t
+			break
+		}
+	}
+	if tgb == nil {
+		return -1, fmt.Sprintf("batch %q was committed by producer %s before, as a step gc has since reclaimed, so its content cannot be compared: batch names must not be reused; rename it to sort after %q to commit it", name, r.ProducerID, r.cursor), nil
+	}
+	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
+	if errors.Is(err, ErrInvalid) {
+		return -1, fmt.Sprintf("batch %q was already committed as step %d, and the staged batch differs: %v", name, tgb.Step, err), nil
+	}
+	if err != nil {
+		return -1, "", err
+	}
+	differs := func(what string) string {
+		return fmt.Sprintf("batch %q was already committed as step %d with other content (%s): a writer reused a committed batch name; rename it to sort after %q to commit it", name, tgb.Step, what, r.cursor)
+	}
+	for rank := -1; rank < len(b.Ranks); rank++ {
+		files, label := b.Shared, "step-level files"
+		if rank >= 0 {
+			files, label = b.Ranks[rank], fmt.Sprintf("rank-%d", rank)
+		}
+		p, err := r.Log.Pack(ctx, tgb, rank)
+		if err != nil {
+			return -1, "", err
+		}
+		var committed []txn.File
+		if p != nil {
+			committed = p.Files
+		}
+		if len(committed) != len(files) {
+			return -1, differs(fmt.Sprintf("%s: %d files staged, %d committed", label, len(files), len(committed))), nil
+		}
+		for i, f := range files {
+			c := committed[i]
+			if c.Name != f.Name || c.Size != f.Size {
+				return -1, differs(fmt.Sprintf("%s: staged %s (%d bytes), committed %s (%d bytes)", label, f.Name, f.Size, c.Name, c.Size)), nil
+			}
+			crc, err := fileCRC(ctx, f.Path)
+			if err != nil {
+				return -1, "", err
+			}
+			if crc != c.CRC {
+				return -1, differs(fmt.Sprintf("%s/%s: CRC32C %08x staged, %08x committed", label, f.Name, crc, c.CRC)), nil
+			}
+		}
+	}
+	return tgb.Step, "", nil
+}
+
+func fileCRC(ctx context.Context, path string) (uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return h.Sum32(), nil
 }

@@ -28,6 +28,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -39,9 +41,6 @@ const RejectedDir = "_rejected"
 
 // Reason is the file in a rejected batch that says why.
 const Reason = "_REASON"
-
-// MaxName bounds a file's path inside its rank (or the shared files).
-const MaxName = 255
 
 // ErrInvalid classifies a sealed batch that must be rejected; the message is
 // the reason.
@@ -96,7 +95,9 @@ func (t *Tree) SealedBatches() ([]string, error) {
 		if strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || !e.IsDir() {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(t.Dir, n, Sealed)); err == nil {
+		// Only a regular file seals: a directory named _SEALED is a
+		// writer's mistake, not its promise that the batch is complete.
+		if fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed)); err == nil && fi.Mode().IsRegular() {
 			names = append(names, n)
 		}
 	}
@@ -125,6 +126,9 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 		if strings.HasPrefix(n, "_") {
 			continue
 		}
+		if strings.HasPrefix(n, "rank-") && !e.IsDir() {
+			return nil, invalid("%s is a %s, not a directory: names rank-N at the top of a batch are rank directories; rename it", n, entryKind(e.Type()))
+		}
 		if strings.HasPrefix(n, "rank-") {
 			r, err := strconv.Atoi(strings.TrimPrefix(n, "rank-"))
 			if err != nil || r < 0 || strconv.Itoa(r) != strings.TrimPrefix(n, "rank-") {
@@ -132,9 +136,6 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 			}
 			if r >= ranks {
 				return nil, invalid("extra rank directory %q: the stream has %d ranks (rank-0 .. rank-%d)", n, ranks, ranks-1)
-			}
-			if !e.IsDir() || e.Type()&fs.ModeSymlink != 0 {
-				return nil, invalid("%s is not a directory", n)
 			}
 			files, err := walk(p, "")
 			if err != nil {
@@ -208,6 +209,16 @@ func walkEntry(p, name string, e fs.DirEntry) ([]File, error) {
 	}
 }
 
+func entryKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeSymlink != 0:
+		return "symlink"
+	case t.IsRegular():
+		return "file"
+	}
+	return kind(t)
+}
+
 func kind(t fs.FileMode) string {
 	switch {
 	case t&fs.ModeNamedPipe != 0:
@@ -220,17 +231,10 @@ func kind(t fs.FileMode) string {
 	return "special file"
 }
 
-// checkName enforces the names a TGB may carry: no "..", at most MaxName
-// bytes, and what the manifest accepts.
-func checkName(name string) error {
-	switch {
-	case strings.Contains(name, ".."):
-		return fmt.Errorf("name %q contains \"..\"", name)
-	case len(name) > MaxName:
-		return fmt.Errorf("name %.40q... is %d bytes, over the %d-byte limit", name, len(name), MaxName)
-	}
-	return txn.ValidateName(name)
-}
+// checkName enforces the names a TGB may carry, as docs/FORMAT.md states
+// them (txn.ValidateName): a ".." element, not ".." inside a name, is what
+// is dangerous, and the limits are 255 bytes per element, 4096 in all.
+func checkName(name string) error { return txn.ValidateName(name) }
 
 // Batch converts b to the producer API's form; cursor is the batch name.
 func (b *Batch) Batch() txn.Batch {
@@ -313,4 +317,41 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// LockFile is the file in the staging directory a running producer holds
+// an exclusive flock on: a staging directory belongs to one producer, or
+// two would commit the same batches twice and remove each other's.
+const LockFile = "_lock"
+
+// ErrLocked classifies a staging directory held by another producer.
+var ErrLocked = errors.New("staging directory in use")
+
+// Lock takes the staging directory for producer id until unlock is called
+// (or the process dies: the kernel drops a flock with its holder). The
+// holder's id and pid are written into the lock file so a refused producer
+// can name it.
+func (t *Tree) Lock(id string) (unlock func(), err error) {
+	p := filepath.Join(t.Dir, LockFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking staging directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(f, 256))
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: staging directory %s is held by %s; stop that producer, or give this one its own staging directory",
+				ErrLocked, t.Dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("locking staging directory %s: %w", p, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(fmt.Sprintf("producer %s (pid %d)\n", id, os.Getpid())), 0)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("writing %s: %w", p, err)
+		}
+	}
+	return func() { f.Close() }, nil
 }

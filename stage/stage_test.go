@@ -103,7 +103,6 @@ func (e *env) steps(t *testing.T) map[string]int64 {
 }
 
 func TestRejectionReasons(t *testing.T) {
-	long := strings.Repeat("d", 200) + "/" + strings.Repeat("f", 100)
 	cases := []struct {
 		name   string
 		make   func(t *testing.T, dir string)
@@ -143,12 +142,9 @@ func TestRejectionReasons(t *testing.T) {
 				t.Fatalf("mknod (the tests run as root): %v", err)
 			}
 		}, "device"},
-		{"dotdot-name", func(t *testing.T, dir string) {
-			write(t, dir, map[string]string{"rank-0/a..b": "x", "rank-1/a": "x", stage.Sealed: ""})
-		}, `".."`},
-		{"long-name", func(t *testing.T, dir string) {
-			write(t, dir, map[string]string{"rank-0/" + long: "x", "rank-1/a": "x", stage.Sealed: ""})
-		}, "over the 255-byte limit"},
+		{"rank-file", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", "rank-9": "x", stage.Sealed: ""})
+		}, "rank-9 is a file, not a directory"},
 	}
 	e := newEnv(t)
 	for _, c := range cases {
@@ -222,7 +218,7 @@ func TestCommittedBatchRemovedNotRecommitted(t *testing.T) {
 		t.Fatalf("steps %v", steps)
 	}
 	left, _ := os.ReadDir(e.staging)
-	if len(left) != 0 {
+	if len(left) != 1 || left[0].Name() != stage.LockFile {
 		t.Fatalf("staging not empty: %v", left)
 	}
 }
@@ -259,8 +255,12 @@ func TestStagedBytesCommitted(t *testing.T) {
 	tgb := st.Steps[0]
 	want := map[string]string{"rank-0/a.bin": "b001/0/a", "rank-0/sub/b.bin": "b001/0/b", "rank-1/a.bin": "b001/1/a", "meta.json": `{"batch":"b001"}`}
 	got := map[string]string{}
+	ranks, shared, err := e.log.Packs(context.Background(), tgb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	read := func(prefix string, p *txn.Pack) {
-		data, err := store.ReadAll(context.Background(), e.store, p.Key)
+		data, err := e.store.GetRange(context.Background(), p.Key, p.Off, p.Size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,9 +271,9 @@ func TestStagedBytesCommitted(t *testing.T) {
 			got[prefix+f.Name] = string(data[f.Off : f.Off+f.Size])
 		}
 	}
-	read("rank-0/", tgb.Ranks[0])
-	read("rank-1/", tgb.Ranks[1])
-	read("", tgb.Shared)
+	read("rank-0/", ranks[0])
+	read("rank-1/", ranks[1])
+	read("", shared)
 	if len(got) != len(want) {
 		t.Fatalf("files %v", got)
 	}
@@ -365,8 +365,8 @@ func TestFlakyStore(t *testing.T) {
 			t.Fatalf("batch %s: step %d %v; all %v", n, s, ok, steps)
 		}
 	}
-	if left, _ := os.ReadDir(e.staging); len(left) != 0 {
-		t.Fatalf("staging not empty: %v", left)
+	if left, _ := os.ReadDir(e.staging); len(left) != 1 || left[0].Name() != stage.LockFile {
+		t.Fatalf("staging holds %v, want only the lock file", left)
 	}
 	if faulty.Injected(store.OpCreate)+faulty.Injected(store.OpPut) == 0 {
 		t.Fatal("no faults injected")
@@ -426,5 +426,86 @@ func TestLargeBatchBoundedMemory(t *testing.T) {
 	t.Logf("1 GiB batch: heap in use grew by at most %d MiB", grew>>20)
 	if grew > 128<<20 {
 		t.Fatalf("uploading a 1 GiB batch grew the heap by %d MiB: data is being buffered", grew>>20)
+	}
+}
+
+// TestReusedNameWithNewContentRejected: a writer that restarts its numbering
+// seals new data under a committed name. The new data is never deleted: it
+// moves to _rejected with a reason; only the committed content is removed.
+func TestReusedNameWithNewContentRejected(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	batch(t, e.staging, "b002")
+	e.run(t, "p")
+	write(t, filepath.Join(e.staging, "b001"), map[string]string{
+		"rank-0/a.bin": "new data", "rank-1/a.bin": "new", stage.Sealed: "",
+	})
+	batch(t, e.staging, "b002")                                                                    // same content
+	write(t, filepath.Join(e.staging, "b002"), map[string]string{"meta.json": `{"batch":"b00X"}`}) // same size, other bytes
+	rejected := e.run(t, "p")
+	for _, n := range []string{"b001", "b002"} {
+		if !strings.Contains(rejected[n], "already committed as step") {
+			t.Fatalf("%s: reason %q", n, rejected[n])
+		}
+	}
+	if !strings.Contains(rejected["b002"], "CRC32C") {
+		t.Fatalf("b002: reason %q does not name the CRC", rejected["b002"])
+	}
+	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "b001", "rank-0", "a.bin"))
+	if err != nil || string(b) != "new data" {
+		t.Fatalf("new data lost: %q %v", b, err)
+	}
+	if steps := e.steps(t); len(steps) != 2 {
+		t.Fatalf("steps %v", steps)
+	}
+}
+
+// TestSecondProducerRefused: a staging directory belongs to one producer;
+// a second one (another id) is refused, naming the holder, and commits
+// nothing.
+func TestSecondProducerRefused(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b001")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tree.Lock("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stage.Run(t.Context(), stage.RunOptions{Store: e.store, Log: e.log, Tree: tree, ProducerID: "second", Once: true})
+	want := fmt.Sprintf("producer first (pid %d)", os.Getpid())
+	if !errors.Is(err, stage.ErrLocked) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second producer: %v, want ErrLocked naming %q", err, want)
+	}
+	if steps := e.steps(t); len(steps) != 0 {
+		t.Fatalf("the refused producer committed %v", steps)
+	}
+	unlock()
+	e.run(t, "second")
+	if steps := e.steps(t); len(steps) != 1 {
+		t.Fatalf("after the holder left: steps %v", steps)
+	}
+}
+
+// TestNamesFORMATAllows: what docs/FORMAT.md allows is committed: a nested
+// path over 255 bytes in all (each element within 255), ".." inside a
+// name; a directory named _SEALED does not seal a batch.
+func TestNamesFORMATAllows(t *testing.T) {
+	e := newEnv(t)
+	nested := strings.Repeat("d", 200) + "/" + strings.Repeat("e", 200) + "/f.bin"
+	write(t, filepath.Join(e.staging, "b001"), map[string]string{
+		"rank-0/" + nested: "x", "rank-1/v1..v2.txt": "y", stage.Sealed: "",
+	})
+	write(t, filepath.Join(e.staging, "b002"), map[string]string{"rank-0/a": "x", "rank-1/a": "y", stage.Sealed + "/oops": ""})
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b001"] != 0 {
+		t.Fatalf("steps %v, want only b001 (b002 is not sealed)", steps)
+	}
+	if _, err := os.Stat(filepath.Join(e.staging, "b002", "rank-0", "a")); err != nil {
+		t.Fatalf("the unsealed batch was touched: %v", err)
 	}
 }

@@ -34,12 +34,10 @@ func NewFile(dir string) (Store, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: store directory %q is relative; use an absolute path (file:///abs/dir)", ErrInvalid, dir)
 	}
+	// Nothing is created until the first write: a read-only command on a
+	// mistyped path must leave nothing behind.
 	root := filepath.Clean(dir)
-	tmp := filepath.Join(root, reservedDir)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, fmt.Errorf("file store %s: %w", root, err)
-	}
-	return &fileStore{root: root, tmp: tmp}, nil
+	return &fileStore{root: root, tmp: filepath.Join(root, reservedDir)}, nil
 }
 
 func openFile(u *url.URL, raw string) (Store, error) {
@@ -87,6 +85,23 @@ func (s *fileStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 }
 
 func (s *fileStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	rc, err := s.GetRangeStream(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		if !errors.Is(err, ErrRange) {
+			err = classify("get range", key, err)
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// GetRangeStream implements RangeStreamer: a section of the open file.
+func (s *fileStore) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := checkRange(key, off, n); err != nil {
 		return nil, err
 	}
@@ -101,23 +116,30 @@ func (s *fileStore) GetRange(ctx context.Context, key string, off, n int64) ([]b
 	if err != nil {
 		return nil, classify("get range", key, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, classify("get range", key, err)
 	}
 	if st.IsDir() {
+		f.Close()
 		return nil, fmt.Errorf("file get range %s: %w", key, ErrNotFound)
 	}
 	if off+n > st.Size() {
+		f.Close()
 		return nil, rangeErr("file", key, off, n, st.Size())
 	}
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		return nil, classify("get range", key, err)
-	}
-	return buf, nil
+	return &exactReader{r: sectionFile{io.NewSectionReader(f, off, n), f}, left: n, errLine: func(got int64) error {
+		return rangeErr("file", key, off, n, off+got)
+	}}, nil
 }
+
+type sectionFile struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s sectionFile) Close() error { return s.f.Close() }
 
 func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
 	p, err := s.path(key)
@@ -148,8 +170,13 @@ func (s *fileStore) writeTemp(ctx context.Context, r io.Reader, size int64) (str
 	_, _ = rand.Read(rnd[:])
 	p := filepath.Join(s.tmp, hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(s.tmp, 0o755); err == nil {
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("file store %s: %w", s.root, err)
 	}
 	ok := false
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 )
 
 // DefaultPartSize is the multipart threshold and part size of the S3 backend.
@@ -91,6 +93,9 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 			return nil, bad("has an invalid prefix", "use s3://bucket/clean/prefix without '..' or '//'")
 		}
 	}
+	if err := checkBucketName(o.Bucket); err != nil {
+		return nil, bad(err.Error(), "bucket names are 3-63 characters of a-z, 0-9, '.' and '-', beginning and ending with a letter or digit")
+	}
 	return OpenS3(ctx, o)
 }
 
@@ -107,12 +112,22 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 64
 	})))
+	// The SDK's own log lines (an IMDS warning when no credentials are
+	// found) would be a second, confusing report of what we say below.
+	loadOpts = append(loadOpts, config.WithLogger(logging.Nop{}))
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("s3 store %s: loading AWS configuration: %w", o.Bucket, err)
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: no AWS credentials found for s3 bucket %q; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE with a credentials file)",
+			ErrCredentials, o.Bucket)
 	}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.Endpoint != "" {
@@ -132,14 +147,51 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	if o.Prefix != "" {
 		s.prefix = strings.Trim(o.Prefix, "/") + "/"
 	}
-	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(o.Bucket)}); err != nil {
-		if isCode(err, 404, "NotFound", "NoSuchBucket") {
-			return nil, fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL",
-				ErrNotFound, o.Bucket, endpointName(o.Endpoint), o.Bucket)
-		}
-		return nil, fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, endpointName(o.Endpoint), s.flatten(err))
+	// A GET, not HeadBucket: a HEAD error has no body, so a wrong key, a
+	// wrong secret and a missing bucket all look alike (versitygw answers
+	// a bare 404 to all of them).
+	_, err = client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(o.Bucket), MaxKeys: aws.Int32(1)})
+	at := endpointName(o.Endpoint)
+	switch {
+	case err == nil:
+		return s, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
+	case isCode(err, 0, "NoSuchBucket"):
+		return nil, fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL",
+			ErrNotFound, o.Bucket, at, o.Bucket)
+	case isCode(err, 0, "InvalidAccessKeyId", "XAdminUserNotFound"): // the latter: versitygw
+		return nil, fmt.Errorf("%w: %s does not know the access key in AWS_ACCESS_KEY_ID (or your AWS profile); fix the access key",
+			ErrCredentials, at)
+	case isCode(err, 0, "SignatureDoesNotMatch"):
+		return nil, fmt.Errorf("%w: %s rejected the request signature: the secret key (AWS_SECRET_ACCESS_KEY) does not match the access key; fix the secret key",
+			ErrCredentials, at)
+	case isCode(err, 403, "AccessDenied"):
+		return nil, fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it",
+			ErrCredentials, o.Bucket, at)
 	}
-	return s, nil
+	return nil, fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+}
+
+// ErrCredentials classifies missing, unknown or insufficient credentials.
+var ErrCredentials = errors.New("s3 credentials")
+
+// checkBucketName applies S3's bucket naming rules, so a bad name is
+// reported as such before any request (servers answer it with a bare 400).
+func checkBucketName(b string) error {
+	if len(b) < 3 || len(b) > 63 {
+		return fmt.Errorf("names bucket %q of %d characters", b, len(b))
+	}
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (c == '.' || c == '-') && i > 0 && i < len(b)-1
+		if !ok {
+			return fmt.Errorf("names bucket %q, which has %q at position %d", b, c, i)
+		}
+	}
+	if strings.Contains(b, "..") || net.ParseIP(b) != nil {
+		return fmt.Errorf("names bucket %q (no \"..\", not an IP address)", b)
+	}
+	return nil
 }
 
 func endpointName(e string) string {
@@ -171,10 +223,28 @@ func isCode(err error, status int, codes ...string) bool {
 func (s *s3Store) flatten(err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
-		return fmt.Errorf("%s: %s (%w)", ae.ErrorCode(), ae.ErrorMessage(), err)
+		msg := ae.ErrorCode()
+		if m := ae.ErrorMessage(); m != "" && m != msg {
+			msg += ": " + m
+		}
+		var re *awshttp.ResponseError
+		if errors.As(err, &re) {
+			msg += fmt.Sprintf(" (HTTP %d)", re.HTTPStatusCode())
+		}
+		return shortError{msg: msg, err: err}
 	}
 	return err
 }
+
+// shortError says msg but still wraps the SDK's error for errors.Is/As:
+// the SDK's text carries RequestID/HostID trailers no operator needs.
+type shortError struct {
+	msg string
+	err error
+}
+
+func (e shortError) Error() string { return e.msg }
+func (e shortError) Unwrap() error { return e.err }
 
 // classify maps an S3 error to the package's sentinels. Cancellation wins:
 // the SDK wraps it in its own operation error.
@@ -215,6 +285,21 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 }
 
 func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	rc, err := s.GetRangeStream(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// GetRangeStream implements RangeStreamer: the response body, read into
+// the caller's buffers.
+func (s *s3Store) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -227,7 +312,7 @@ func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byt
 		if _, err := s.Stat(ctx, key); err != nil {
 			return nil, err
 		}
-		return []byte{}, nil
+		return io.NopCloser(bytes.NewReader(nil)), nil
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: &s.bucket,
@@ -237,19 +322,30 @@ func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byt
 	if err != nil {
 		return nil, s.classify(ctx, "get range", key, err)
 	}
-	defer out.Body.Close()
 	// S3 answers a range that runs past the end with the bytes that exist:
-	// a short read means the caller asked past the end.
-	buf := make([]byte, n)
-	got, err := io.ReadFull(out.Body, buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+int64(got), ErrRange)
-	}
-	if err != nil {
-		return nil, s.classify(ctx, "get range", key, err)
-	}
-	return buf, nil
+	// a short stream means the caller asked past the end.
+	return &exactReader{r: &s3Body{s: s, ctx: ctx, key: key, body: out.Body}, left: n, errLine: func(got int64) error {
+		return fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+got, ErrRange)
+	}}, nil
 }
+
+// s3Body classifies errors of a GET's body as the call's errors are.
+type s3Body struct {
+	s    *s3Store
+	ctx  context.Context
+	key  string
+	body io.ReadCloser
+}
+
+func (b *s3Body) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && err != io.EOF {
+		err = b.s.classify(b.ctx, "get range", b.key, err)
+	}
+	return n, err
+}
+
+func (b *s3Body) Close() error { return b.body.Close() }
 
 func (s *s3Store) Stat(ctx context.Context, key string) (Info, error) {
 	if err := ValidateKey(key); err != nil {

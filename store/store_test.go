@@ -196,8 +196,9 @@ func TestS3BadURLs(t *testing.T) {
 func TestS3ConflictIsNotExists(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
-		case http.MethodHead: // HeadBucket
-			w.WriteHeader(http.StatusOK)
+		case http.MethodGet: // the bucket check, ListObjectsV2 max-keys 1
+			w.Header().Set("Content-Type", "application/xml")
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>bkt</Name><KeyCount>0</KeyCount><MaxKeys>1</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>`)
 		case http.MethodPut:
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusConflict)
@@ -210,7 +211,7 @@ func TestS3ConflictIsNotExists(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "ak")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "sk")
 	t.Setenv("AWS_RETRY_MAX_ATTEMPTS", "1")
-	s, err := store.Open(t.Context(), "s3://b/p?region=us-east-1&path-style=true&endpoint="+srv.URL)
+	s, err := store.Open(t.Context(), "s3://bkt/p?region=us-east-1&path-style=true&endpoint="+srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,11 @@ type Heartbeat struct {
 	Version uint64 `json:"version"`
 	Head    *int64 `json:"head"`
 	Ranks   []int  `json:"ranks,omitempty"` // nil: all
-	Host    string `json:"host,omitempty"`
-	PID     int    `json:"pid"`
+	// ViewRanks is the mount's --view-ranks R2 (0: the stream's own
+	// ranks); Ranks are then ranks of that view.
+	ViewRanks int    `json:"view_ranks,omitempty"`
+	Host      string `json:"host,omitempty"`
+	PID       int    `json:"pid"`
 }
 
 // HeartbeatKey is the object a node's heartbeat is written to.
@@ -44,9 +47,9 @@ func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
 		if !strings.HasSuffix(o.Key, ".json") {
 			return nil
 		}
-		b, err := store.ReadAll(ctx, s, o.Key)
+		b, err := readBounded(ctx, s, o.Key, maxHeartbeatBytes)
 		if err != nil {
-			return nil // deleted meanwhile
+			return nil // deleted meanwhile, or not a heartbeat
 		}
 		var h Heartbeat
 		if json.Unmarshal(b, &h) == nil && h.NodeID != "" {

@@ -9,7 +9,10 @@
 //	_log/<v 20 digits>.json      Version v, written once (create-if-absent)
 //	_log/<v>.snap.json           State as of v, every SnapshotEvery versions
 //	_log/_last_snapshot          hint: newest snapshot version (may be stale)
-//	data/<producer>/<epoch>/<seq>/rank-<r>.pack, shared.pack
+//	data/<producer>/<epoch>/<seq>/tgb.pack  one TGB: every rank's region,
+//	                             the shared files, then the index (a JSON
+//	                             section per region and a table); see
+//	                             Object and ReadIndex
 //
 // # Invariants
 //
@@ -25,8 +28,12 @@
 //     follow the register of a newer one, because it would have to be built
 //     from a state that includes that register (invariant 2): zombies are
 //     fenced by construction.
-//  4. Pack objects are durable before the version that references them is
-//     created, so a visible step's bytes are always readable.
+//  4. A TGB's object is durable before the version that references it is
+//     created, so a visible step's bytes are always readable. The log holds
+//     only the object's key, size, index offsets and table CRC (a few
+//     hundred bytes whatever the ranks and files); a reader fetches the
+//     table and the sections of the ranks it reads, each checked by CRC and
+//     bounded in size before it is fetched.
 //  5. Snapshots and the hint only save reading; a missing or stale one
 //     never changes the state a reader computes.
 //

@@ -2,7 +2,6 @@ package txn
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,7 @@ import (
 
 // FormatVersion is the on-store format this code reads and writes
 // (docs/FORMAT.md). Readers refuse anything else.
-const FormatVersion = 1
+const FormatVersion = 2
 
 // Object keys under the stream root.
 const (
@@ -30,13 +29,10 @@ func VersionKey(v uint64) string { return fmt.Sprintf("_log/%020d.json", v) }
 // SnapshotKey is the snapshot object of version v.
 func SnapshotKey(v uint64) string { return fmt.Sprintf("_log/%020d.snap.json", v) }
 
-// PackKey is the data object of one rank (rank >= 0) or of the shared
-// step-level files (rank < 0) of a TGB.
-func PackKey(producer string, epoch, seq uint64, rank int) string {
-	if rank < 0 {
-		return fmt.Sprintf("data/%s/%d/%d/shared.pack", producer, epoch, seq)
-	}
-	return fmt.Sprintf("data/%s/%d/%d/rank-%d.pack", producer, epoch, seq, rank)
+// ObjectKey is the one data object of a TGB: every rank's files, the
+// shared step-level files and the index that says where each rank's are.
+func ObjectKey(producer string, epoch, seq uint64) string {
+	return fmt.Sprintf("data/%s/%d/%d/tgb.pack", producer, epoch, seq)
 }
 
 // ErrCorrupt classifies every record that fails validation: garbage,
@@ -158,8 +154,26 @@ type TGB struct {
 	Batch    string    `json:"batch,omitempty"`  // staging batch name, if any
 	Cursor   string    `json:"cursor,omitempty"` // the producer's source cursor after it
 	Time     time.Time `json:"time"`             // commit time (the version's)
-	Ranks    []*Pack   `json:"ranks"`
-	Shared   *Pack     `json:"shared,omitempty"`
+	Object   *Object   `json:"object"`
+}
+
+// Object is where a TGB's bytes are: one data object holding every rank's
+// region, then the shared region (if any), then the index (docs/FORMAT.md):
+//
+//	[0, Data)        the regions, rank 0 first, files concatenated
+//	[Data, Table)    one JSON section per region: its files and chunk CRCs
+//	[Table, Size)    the table: per region its offset, size, section and
+//	                 section CRC; its own CRC is TableCRC
+//
+// The log holds only this, so a step costs the log the same few hundred
+// bytes at any number of ranks and files; a reader of rank r fetches the
+// table and r's section (ReadIndex), and nobody else's.
+type Object struct {
+	Key      string `json:"key"`
+	Size     int64  `json:"size"`
+	Data     int64  `json:"data"`
+	Table    int64  `json:"table"`
+	TableCRC uint32 `json:"table_crc"`
 }
 
 // Pack is one rank's (or the shared files') region of a data object: files
@@ -183,26 +197,8 @@ type File struct {
 	CRC  uint32 `json:"crc"`
 }
 
-// Bytes is the total size of the TGB's packs.
-func (t *TGB) Bytes() int64 {
-	var n int64
-	for _, p := range t.Ranks {
-		n += p.Size
-	}
-	if t.Shared != nil {
-		n += t.Shared.Size
-	}
-	return n
-}
-
-// Packs returns all the TGB's packs, ranks first.
-func (t *TGB) Packs() []*Pack {
-	ps := append([]*Pack(nil), t.Ranks...)
-	if t.Shared != nil {
-		ps = append(ps, t.Shared)
-	}
-	return ps
-}
+// Bytes is the size of the TGB's data object, index included.
+func (t *TGB) Bytes() int64 { return t.Object.Size }
 
 // ValidateName checks a file name inside a rank or the shared files: a clean
 // relative '/'-separated path, no "..", "." or empty element, no element
@@ -235,8 +231,8 @@ func validatePack(p *Pack, chunkSize int64, sharedFiles bool) error {
 	if !strings.HasPrefix(p.Key, DataPrefix) {
 		return fmt.Errorf("pack key %q is not under %s", p.Key, DataPrefix)
 	}
-	if p.Size < 0 {
-		return fmt.Errorf("pack %s has negative size", p.Key)
+	if p.Size < 0 || p.Off < 0 {
+		return fmt.Errorf("pack %s has a negative offset or size", p.Key)
 	}
 	var off int64
 	names := make(map[string]bool, len(p.Files))
@@ -335,26 +331,8 @@ func (v *Version) validateShape(cfg *StreamConfig) error {
 		if t.Producer != v.Writer.Producer || t.Epoch != v.Writer.Epoch {
 			return fmt.Errorf("step %d: TGB of %s/%d in a version written by %s/%d", t.Step, t.Producer, t.Epoch, v.Writer.Producer, v.Writer.Epoch)
 		}
-		if len(t.Ranks) != cfg.Ranks {
-			return fmt.Errorf("step %d: %d ranks, stream has %d", t.Step, len(t.Ranks), cfg.Ranks)
-		}
-		for r, p := range t.Ranks {
-			if err := validatePack(p, cfg.ChunkSize, false); err != nil {
-				return fmt.Errorf("step %d rank %d: %w", t.Step, r, err)
-			}
-			// A pack's key is a function of its TGB: no record can point at
-			// another step's data (gc would delete it under that step).
-			if want := PackKey(t.Producer, t.Epoch, t.Seq, r); p.Key != want {
-				return fmt.Errorf("step %d rank %d: pack key %q, want %q", t.Step, r, p.Key, want)
-			}
-		}
-		if t.Shared != nil {
-			if err := validatePack(t.Shared, cfg.ChunkSize, true); err != nil {
-				return fmt.Errorf("step %d shared: %w", t.Step, err)
-			}
-			if want := PackKey(t.Producer, t.Epoch, t.Seq, -1); t.Shared.Key != want {
-				return fmt.Errorf("step %d shared: pack key %q, want %q", t.Step, t.Shared.Key, want)
-			}
+		if err := t.validateObject(cfg); err != nil {
+			return err
 		}
 	}
 	if v.Producer != nil && len(v.TGBs) > 0 && v.Producer.Seq != v.TGBs[len(v.TGBs)-1].Seq {
@@ -373,18 +351,4 @@ func encode(x any) []byte {
 		panic(fmt.Sprintf("txn: encoding %T: %v", x, err)) // only plain structs are encoded
 	}
 	return append(b, '\n')
-}
-
-// Pack returns the pack of rank r (r >= 0) or the shared step-level files
-// (r < 0; nil when the TGB has none) of a committed TGB. Callers go through
-// it rather than the TGB's fields: from format 2 on a rank's file list lives
-// outside the log and Pack fetches it.
-func (l *Log) Pack(ctx context.Context, t *TGB, r int) (*Pack, error) {
-	if r < 0 {
-		return t.Shared, nil
-	}
-	if r >= len(t.Ranks) {
-		return nil, fmt.Errorf("step %d has no rank %d", t.Step, r)
-	}
-	return t.Ranks[r], nil
 }

@@ -20,7 +20,7 @@ import (
 //   - a rejected record is ErrCorrupt;
 //   - an accepted one re-encodes to bytes that decode to the same record;
 //   - its writer is a valid producer id, and each of its packs is the
-//     object its producer writes for it (txn.PackKey), with every file
+//     object its producer writes for it (txn.ObjectKey), with its parts
 //     inside the object and the files tiling it;
 //   - applied to the state before it, it either fails with ErrCorrupt and
 //     leaves the state as it was, or yields a state whose steps, seqs and
@@ -60,7 +60,7 @@ func FuzzDecodeVersion(f *testing.F) {
 		if id := v.Writer.Producer; id != "" && !fuzzProducerID.MatchString(id) {
 			t.Fatalf("accepted writer %q, not a producer id", id)
 		}
-		fuzzCheckPacks(t, v.TGBs, cfg.ChunkSize)
+		fuzzCheckObjects(t, v.TGBs, cfg.Ranks)
 
 		// Round trip: what a reader accepted, a writer can write back.
 		b1 := fuzzJSON(t, v)
@@ -140,8 +140,13 @@ func newFuzzLog(f *testing.F) *fuzzLog {
 		}
 		return b
 	}
-	// Step 10 is reclaimed below; step 11 stays live as the rich example.
+	// Steps 10 and 11 are reclaimed below (one object each: a purge of
+	// one leaves the other pending); step 12 stays live as the rich
+	// example.
 	produce("p",
+		txn.Batch{Name: "b000000", Ranks: [][]txn.FileSource{
+			{txn.BytesFile("w", bytesOf(2, 3))}, {txn.BytesFile("w", bytesOf(2, 4))},
+		}},
 		txn.Batch{Name: "b000001", Ranks: [][]txn.FileSource{
 			{txn.BytesFile("x", bytesOf(1, 4))}, {txn.BytesFile("y/z", bytesOf(5000, 5))},
 		}},
@@ -169,9 +174,9 @@ func newFuzzLog(f *testing.F) *fuzzLog {
 			f.Fatal(err)
 		}
 	}
-	admin(&txn.Version{Checkpoints: []int64{11}})
 	admin(&txn.Version{Checkpoints: []int64{12}})
-	admin(&txn.Version{Reclaim: &txn.Reclaim{Below: 11}})
+	admin(&txn.Version{Checkpoints: []int64{13}})
+	admin(&txn.Version{Reclaim: &txn.Reclaim{Below: 12}})
 	admin(&txn.Version{Purged: st.Pending[0].Keys[:1]})
 	admin(&txn.Version{Config: &txn.ConfigChange{RetainCheckpoints: 3}})
 
@@ -210,12 +215,7 @@ func (fz *fuzzLog) nextSeeds(f *testing.F) [][]byte {
 			f.Fatal(err)
 		}
 		t.Step, t.Producer, t.Epoch, t.Seq, t.Batch = step, "q", q.Epoch, seq, fmt.Sprintf("q%d", seq)
-		for r, p := range t.Ranks {
-			p.Key = txn.PackKey("q", q.Epoch, seq, r)
-		}
-		if t.Shared != nil {
-			t.Shared.Key = txn.PackKey("q", q.Epoch, seq, -1)
-		}
+		t.Object.Key = txn.ObjectKey("q", q.Epoch, seq)
 		return &t
 	}
 	n := head.NextStep()
@@ -235,14 +235,12 @@ func (fz *fuzzLog) nextSeeds(f *testing.F) [][]byte {
 	}
 	// Hostile records that a writer never makes.
 	stolen := tgbLike(rich, n, q.Seq+1)
-	stolen.Ranks[0].Key = head.Steps[1].Ranks[0].Key // another live step's object
+	stolen.Object.Key = head.Steps[1].Object.Key // another live step's object
 	badKey := tgbLike(rich, n, q.Seq+1)
-	badKey.Ranks[1].Key = "data//x"
+	badKey.Object.Key = "data//x"
 	restart := tgbLike(head.Steps[1], n, 1)
 	restart.Epoch = q.Epoch + 1
-	for r, p := range restart.Ranks {
-		p.Key = txn.PackKey("q", q.Epoch+1, 1, r)
-	}
+	restart.Object.Key = txn.ObjectKey("q", q.Epoch+1, 1)
 	vs = append(vs,
 		&txn.Version{TGBs: []*txn.TGB{stolen}, Producer: &txn.ProducerUpdate{Seq: q.Seq + 1}},
 		&txn.Version{TGBs: []*txn.TGB{badKey}, Producer: &txn.ProducerUpdate{Seq: q.Seq + 1}},
@@ -263,9 +261,9 @@ func (fz *fuzzLog) nextSeeds(f *testing.F) [][]byte {
 
 // fuzzGarbage are malformed or hostile records for version next.
 func fuzzGarbage(next uint64) []string {
-	hdr := fmt.Sprintf(`"format":1,"version":%d,"time":"2025-01-01T00:00:00Z","txn":"x"`, next)
-	pack := func(key string, size int64, files string, chunks string) string {
-		return fmt.Sprintf(`{"key":%q,"size":%d,"files":[%s],"chunks":[%s]}`, key, size, files, chunks)
+	hdr := fmt.Sprintf(`"format":2,"version":%d,"time":"2025-01-01T00:00:00Z","txn":"x"`, next)
+	tgb := func(object string) string {
+		return "{" + hdr + `,"writer":{"producer":"q","epoch":1},"producer":{"seq":3},"tgbs":[{"step":16,"producer":"q","epoch":1,"seq":3,"time":"2025-01-01T00:00:00Z","object":` + object + `}]}`
 	}
 	return []string{
 		"",
@@ -278,9 +276,9 @@ func fuzzGarbage(next uint64) []string {
 		"{" + hdr + "}\n\n",
 		"\xef\xbb\xbf{" + hdr + "}",
 		"{" + hdr,
-		`{"format":2,"version":1}`,
-		`{"format":1e400,"version":1}`,
-		`{"format":1,"version":-1}`,
+		`{"format":1,"version":1}`,
+		`{"format":2e400,"version":1}`,
+		`{"format":2,"version":-1}`,
 		`{"FORMAT":1,"Version":` + fmt.Sprint(next) + `}`,
 		"{" + hdr + `,"tgbs":[null],"writer":{"producer":"q","epoch":1},"producer":{"seq":1}}`,
 		"{" + hdr + `,"tgbs":[{}],"writer":{"producer":"q","epoch":1},"producer":{"seq":0}}`,
@@ -297,60 +295,36 @@ func fuzzGarbage(next uint64) []string {
 		// keys).
 		"{" + hdr + `,"producer":{"seq":5}}`,
 		"{" + hdr + `,"writer":{"producer":"q","epoch":1},"producer":{"seq":0}}`,
-		// File sizes that wrap around int64 and so "sum" to the pack size.
-		"{" + hdr + `,"writer":{"producer":"q","epoch":1},"producer":{"seq":3},"tgbs":[{"step":16,"producer":"q","epoch":1,"seq":3,"time":"2025-01-01T00:00:00Z","ranks":[` +
-			pack("data/q/1/3/rank-0.pack", 0, `{"name":"a","off":0,"size":9223372036854775807},{"name":"b","off":9223372036854775807,"size":9223372036854775807},{"name":"c","off":-2,"size":2}`, "") + "," +
-			pack("data/q/1/3/rank-1.pack", 1, `{"name":"a","off":0,"size":1}`, "0") + `]}]}`,
-		// Shared files shadowing a rank directory, a file that is also a
-		// directory, a name with a NUL.
-		"{" + hdr + `,"writer":{"producer":"q","epoch":1},"producer":{"seq":3},"tgbs":[{"step":16,"producer":"q","epoch":1,"seq":3,"time":"2025-01-01T00:00:00Z","ranks":[` +
-			pack("data/q/1/3/rank-0.pack", 2, `{"name":"a","off":0,"size":1},{"name":"a/b","off":1,"size":1}`, "0") + "," +
-			pack("data/q/1/3/rank-1.pack", 1, `{"name":"a\u0000","off":0,"size":1}`, "0") + `],"shared":` +
-			pack("data/q/1/3/shared.pack", 1, `{"name":"rank-0/x","off":0,"size":1}`, "0") + `}]}`,
+		// Object parts out of order, overflowing, or a table too large to
+		// be one (a reader would allocate it).
+		tgb(`{"key":"data/q/1/3/tgb.pack","size":100,"data":50,"table":40,"table_crc":0}`),
+		tgb(`{"key":"data/q/1/3/tgb.pack","size":-1,"data":-9223372036854775808,"table":0,"table_crc":0}`),
+		tgb(`{"key":"data/q/1/3/tgb.pack","size":9223372036854775807,"data":0,"table":1,"table_crc":0}`),
+		tgb(`{"key":"data/q/1/3/tgb.pack","size":1073741824,"data":0,"table":0,"table_crc":0}`),
+		tgb(`{"key":"data/q/1/3/../../x","size":10,"data":0,"table":5,"table_crc":0}`),
+		tgb(`null`),
 	}
 }
 
-// fuzzCheckPacks re-checks, independently of the decoder, what readers
-// rely on: every file is a valid name lying inside its pack, files tile
-// the pack in order, and there is one chunk CRC per chunk.
-func fuzzCheckPacks(t testing.TB, tgbs []*txn.TGB, chunk int64) {
+// fuzzCheckObjects re-checks, independently of the decoder, what readers
+// rely on: each TGB's object is the one its producer writes for it (gc
+// deletes it on reclaim, orphan collection parses it), and its parts are in
+// order with a table a reader can afford to fetch.
+func fuzzCheckObjects(t testing.TB, tgbs []*txn.TGB, ranks int) {
 	t.Helper()
 	for _, tg := range tgbs {
-		for r, p := range tg.Packs() {
-			if p == nil || !strings.HasPrefix(p.Key, txn.DataPrefix) || p.Size < 0 {
-				t.Fatalf("step %d: accepted pack %+v", tg.Step, p)
-			}
-			// The key is where the producer uploaded this TGB's rank (gc
-			// deletes it on reclaim, orphan collection parses it).
-			if r == len(tg.Ranks) {
-				r = -1
-			}
-			if want := txn.PackKey(tg.Producer, tg.Epoch, tg.Seq, r); p.Key != want {
-				t.Fatalf("step %d: accepted pack key %q for %s", tg.Step, p.Key, want)
-			}
-			if err := store.ValidateKey(p.Key); err != nil {
-				t.Fatalf("step %d: accepted %v", tg.Step, err)
-			}
-			var off int64
-			for _, fl := range p.Files {
-				if err := txn.ValidateName(fl.Name); err != nil {
-					t.Fatalf("step %d: accepted %v", tg.Step, err)
-				}
-				if fl.Off != off || fl.Size < 0 || fl.Size > p.Size-fl.Off {
-					t.Fatalf("step %d pack %s: accepted file %q at [%d,+%d) in a %d-byte pack (files so far end at %d)", tg.Step, p.Key, fl.Name, fl.Off, fl.Size, p.Size, off)
-				}
-				off += fl.Size
-			}
-			if off != p.Size {
-				t.Fatalf("step %d pack %s: files end at %d, pack size %d", tg.Step, p.Key, off, p.Size)
-			}
-			want := p.Size / chunk
-			if p.Size%chunk != 0 {
-				want++
-			}
-			if int64(len(p.Chunks)) != want {
-				t.Fatalf("step %d pack %s: %d chunk CRCs for %d bytes", tg.Step, p.Key, len(p.Chunks), p.Size)
-			}
+		o := tg.Object
+		if o == nil {
+			t.Fatalf("step %d: accepted a TGB without an object", tg.Step)
+		}
+		if want := txn.ObjectKey(tg.Producer, tg.Epoch, tg.Seq); o.Key != want {
+			t.Fatalf("step %d: accepted object key %q for %s", tg.Step, o.Key, want)
+		}
+		if err := store.ValidateKey(o.Key); err != nil {
+			t.Fatalf("step %d: accepted %v", tg.Step, err)
+		}
+		if o.Data < 0 || o.Table < o.Data || o.Size <= o.Table || o.Size-o.Table > int64(ranks+1)*1024 {
+			t.Fatalf("step %d: accepted object %+v", tg.Step, o)
 		}
 	}
 }
@@ -377,7 +351,7 @@ func fuzzCheckState(t *testing.T, base, st *txn.State, v *txn.Version) {
 		}
 		lastSeq[tg.Producer] = tg.Seq
 	}
-	fuzzCheckPacks(t, st.Steps, st.Config.ChunkSize)
+	fuzzCheckObjects(t, st.Steps, st.Config.Ranks)
 	for id, p := range st.Producers {
 		// A producer's seq never goes back: its next TGB's pack keys
 		// (data/<id>/<epoch>/<seq+1>/...) must be new.

@@ -1,9 +1,11 @@
 package txn
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +26,15 @@ type GCOptions struct {
 	Logger *slog.Logger
 	// Now is the clock (tests); zero means time.Now.
 	Now func() time.Time
+	// Force reclaims what the checkpoints allow even at or above the step
+	// of a live consumer (one whose heartbeat is fresh).
+	Force bool
+}
+
+// ConsumerHold is a live consumer whose position holds reclamation back.
+type ConsumerHold struct {
+	Node string `json:"node"`
+	Step int64  `json:"step"` // its highest step read: it and all after stay
 }
 
 // GCReport says what a GC did (or, with DryRun, would do).
@@ -35,6 +46,29 @@ type GCReport struct {
 	Orphans        []string `json:"orphans"`      // unreferenced data past the grace period
 	Bytes          int64    `json:"bytes"`        // of DataDeleted and Orphans
 	Version        uint64   `json:"version"`      // state version after gc
+	// HeldBy lists the live consumers at or below the step the checkpoints
+	// allow reclaiming up to; without Force gc reclaims only below the
+	// slowest of them (AllowedBelow is what the checkpoints allow).
+	HeldBy       []ConsumerHold `json:"held_by"`
+	AllowedBelow *int64         `json:"allowed_below"`
+	Forced       bool           `json:"forced"`
+}
+
+// ConsumerHolds returns the live consumers (heartbeat younger than
+// ConsumerTimeout at now) positioned below target, slowest first, and the
+// target capped at the slowest one's step. A consumer that has read
+// nothing yet holds nothing: it starts at a retained checkpoint.
+func ConsumerHolds(consumers []Heartbeat, target int64, now time.Time) ([]ConsumerHold, int64) {
+	var holds []ConsumerHold
+	for _, h := range consumers {
+		if h.Step == nil || now.Sub(h.Time) > ConsumerTimeout || *h.Step >= target {
+			continue
+		}
+		holds = append(holds, ConsumerHold{Node: h.NodeID, Step: *h.Step})
+		target = min(target, *h.Step)
+	}
+	slices.SortFunc(holds, func(a, b ConsumerHold) int { return cmp.Compare(a.Step, b.Step) })
+	return holds, target
 }
 
 // ReclaimTarget is the LiveFrom that the checkpoints allow: the step after
@@ -76,9 +110,23 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 		return nil, err
 	}
 
-	// 1. Reclaim.
-	if target, ok := ReclaimTarget(st); ok && target > st.LiveFrom {
-		target = min(target, st.NextStep())
+	// 1. Reclaim, never a step a live mount is reading (unless forced).
+	target, ok := ReclaimTarget(st)
+	target = min(target, st.NextStep())
+	if ok && target > st.LiveFrom {
+		cons, err := Consumers(ctx, l.Store)
+		if err != nil {
+			return nil, err
+		}
+		if holds, capped := ConsumerHolds(cons, target, now()); len(holds) > 0 {
+			allowed := target
+			rep.HeldBy, rep.AllowedBelow, rep.Forced = holds, &allowed, o.Force
+			if !o.Force {
+				target = capped
+			}
+		}
+	}
+	if ok && target > st.LiveFrom {
 		rep.ReclaimedSteps = target - st.LiveFrom
 		rep.ReclaimedBelow = target
 		if o.DryRun {
@@ -240,9 +288,7 @@ func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
 func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]string, int64, error) {
 	live := map[string]bool{}
 	for _, t := range st.Steps {
-		for _, p := range t.Packs() {
-			live[p.Key] = true
-		}
+		live[t.Object.Key] = true
 	}
 	for _, pd := range st.Pending {
 		for _, k := range pd.Keys {

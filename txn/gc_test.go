@@ -3,6 +3,7 @@ package txn_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,9 +113,7 @@ func gcStepKeys(st *txn.State, below int64) []string {
 	var keys []string
 	for _, tgb := range st.Steps {
 		if tgb.Step < below {
-			for _, p := range tgb.Packs() {
-				keys = append(keys, p.Key)
-			}
+			keys = append(keys, tgb.Object.Key)
 		}
 	}
 	return keys
@@ -174,10 +173,14 @@ func gcExactlyOnce(t *testing.T, l *txn.Log, st *txn.State, id string, n uint64)
 		if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
 			t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
 		}
-		for r, p := range tgb.Ranks {
+		ranks, shared, err := l.Packs(t.Context(), tgb)
+		if err != nil {
+			t.Fatalf("step %d: %v", tgb.Step, err)
+		}
+		for r, p := range ranks {
 			checkPack(t, l, p, [][]byte{payload(id, tgb.Seq, r, 0), payload(id, tgb.Seq, r, 1)})
 		}
-		checkPack(t, l, tgb.Shared, [][]byte{payload(id, tgb.Seq, -1, 0)})
+		checkPack(t, l, shared, [][]byte{payload(id, tgb.Seq, -1, 0)})
 	}
 	if head, ok := st.Head(); !ok || uint64(head-l.Config.FirstStep+1) != n {
 		t.Fatalf("head %d (ok %v), want %d TGBs", head, ok, n)
@@ -812,4 +815,46 @@ func (h *gcHookStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 	}
 	h.once.Do(h.hook)
 	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// TestGCHeldByLiveConsumer: gc never reclaims at or above the step of a
+// consumer whose heartbeat is fresh; it says who holds it, and --force
+// (Force) reclaims anyway. Stale heartbeats and consumers that have read
+// nothing hold nothing.
+func TestGCHeldByLiveConsumer(t *testing.T) {
+	s := store.NewMem()
+	l := newLog(t, s, txn.CreateOptions{Ranks: 1, RetainCheckpoints: 1})
+	gcProduce(t, l, "p", 20)
+	gcCheckpoints(t, l, 15) // allows reclaiming below 16
+	beat := func(node string, step *int64, age time.Duration) {
+		t.Helper()
+		b, _ := json.Marshal(txn.Heartbeat{NodeID: node, Step: step, Time: time.Now().Add(-age)})
+		if err := store.PutBytes(t.Context(), s, txn.HeartbeatKey(node), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(n int64) *int64 { return &n }
+	beat("slow", at(5), 0)
+	beat("fast", at(18), 0)
+	beat("gone", at(1), time.Hour) // stale
+	beat("new", nil, 0)
+
+	dry := gcAt(0)
+	dry.DryRun = true
+	for _, o := range []txn.GCOptions{dry, gcAt(0)} {
+		rep := gcRun(t, l, o)
+		if rep.ReclaimedBelow != 5 || len(rep.HeldBy) != 1 || rep.HeldBy[0] != (txn.ConsumerHold{Node: "slow", Step: 5}) ||
+			rep.AllowedBelow == nil || *rep.AllowedBelow != 16 || rep.Forced {
+			t.Fatalf("dry run %v: %+v; want reclaim below 5, held by slow at 5, allowed below 16", o.DryRun, rep)
+		}
+	}
+	if st := gcLoad(t, l); st.LiveFrom != 5 {
+		t.Fatalf("live from %d, want 5: the consumer's step stays", st.LiveFrom)
+	}
+	forced := gcAt(0)
+	forced.Force = true
+	rep := gcRun(t, l, forced)
+	if rep.ReclaimedBelow != 16 || !rep.Forced || len(rep.HeldBy) != 1 {
+		t.Fatalf("forced: %+v", rep)
+	}
 }

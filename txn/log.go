@@ -88,7 +88,7 @@ func Create(ctx context.Context, s store.Store, o CreateOptions) (*Log, error) {
 
 // Open reads the stream's configuration.
 func Open(ctx context.Context, s store.Store) (*Log, error) {
-	b, err := store.ReadAll(ctx, s, StreamKey)
+	b, err := readBounded(ctx, s, StreamKey, maxConfigBytes)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w (no %s); create one with `lakefs-produce init`", ErrNoStream, StreamKey)
 	}
@@ -143,7 +143,7 @@ func (l *Log) loadSnapshot(ctx context.Context) (*State, error) {
 }
 
 func (l *Log) readHint(ctx context.Context) (uint64, error) {
-	b, err := store.ReadAll(ctx, l.Store, HintKey)
+	b, err := readBounded(ctx, l.Store, HintKey, maxHintBytes)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}
@@ -203,7 +203,7 @@ func ParseVersionKey(key string) (uint64, bool) {
 
 func (l *Log) readSnapshot(ctx context.Context, v uint64) (*State, error) {
 	key := SnapshotKey(v)
-	b, err := store.ReadAll(ctx, l.Store, key)
+	b, err := readBounded(ctx, l.Store, key, maxSnapshotBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading snapshot %s: %w", key, err)
 	}
@@ -223,7 +223,10 @@ func (l *Log) readSnapshot(ctx context.Context, v uint64) (*State, error) {
 // ReadVersion reads and decodes version v; a missing one is ErrNotFound.
 func (l *Log) ReadVersion(ctx context.Context, v uint64) (*Version, error) {
 	key := VersionKey(v)
-	b, err := store.ReadAll(ctx, l.Store, key)
+	b, err := readBounded(ctx, l.Store, key, maxRecordBytes)
+	if errors.Is(err, ErrCorrupt) {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -100,10 +100,14 @@ func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
 		if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
 			t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
 		}
-		for r, p := range tgb.Ranks {
+		ranks, shared, err := l.Packs(t.Context(), tgb)
+		if err != nil {
+			t.Fatalf("step %d: %v", tgb.Step, err)
+		}
+		for r, p := range ranks {
 			checkPack(t, l, p, [][]byte{payload(tgb.Producer, tgb.Seq, r, 0), payload(tgb.Producer, tgb.Seq, r, 1)})
 		}
-		checkPack(t, l, tgb.Shared, [][]byte{payload(tgb.Producer, tgb.Seq, -1, 0)})
+		checkPack(t, l, shared, [][]byte{payload(tgb.Producer, tgb.Seq, -1, 0)})
 	}
 	for p, n := range want {
 		if seen[p] != n {
@@ -118,7 +122,7 @@ func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
 
 func checkPack(t *testing.T, l *txn.Log, p *txn.Pack, files [][]byte) {
 	t.Helper()
-	data, err := store.ReadAll(t.Context(), l.Store, p.Key)
+	data, err := l.Store.GetRange(t.Context(), p.Key, p.Off, p.Size)
 	if err != nil {
 		t.Fatalf("pack %s: %v", p.Key, err)
 	}
@@ -334,7 +338,7 @@ func TestCorruptRecords(t *testing.T) {
 		keepKeys bool // else pack keys follow the mutated TGB, so only one thing is broken
 	}{
 		{name: "garbage", raw: "{not json", want: "not a version record"},
-		{name: "trailing", raw: `{"format":1,"version":3} {}`, want: "trailing data"},
+		{name: "trailing", raw: `{"format":2,"version":3} {}`, want: "trailing data"},
 		{name: "unknown format", mut: func(v map[string]any) { v["format"] = 99 }, want: "format version 99"},
 		{name: "wrong number", mut: func(v map[string]any) { v["version"] = 7 }, want: "says version 7"},
 		{name: "step gap", mut: func(v map[string]any) { tgb(v)["step"] = 5 }, want: "gap or duplicate"},
@@ -343,16 +347,16 @@ func TestCorruptRecords(t *testing.T) {
 			tgb(v)["seq"] = 9
 			v["producer"].(map[string]any)["seq"] = 9
 		}, want: "does not follow seq"},
-		{name: "dotdot name", mut: func(v map[string]any) { file(v)["name"] = "../../etc/passwd" }, want: `".." element`},
-		{name: "size mismatch", mut: func(v map[string]any) { file(v)["size"] = 1 << 40 }, want: "does not follow offset"},
-		{name: "missing rank", mut: func(v map[string]any) { tgb(v)["ranks"] = []any{} }, want: "0 ranks"},
+		{name: "no object", mut: func(v map[string]any) { delete(tgb(v), "object") }, want: "no data object"},
+		{name: "table past the object", mut: func(v map[string]any) { object(v)["table"] = object(v)["size"] }, want: "out of order or out of bounds"},
+		{name: "huge table", mut: func(v map[string]any) { object(v)["size"] = 1 << 40 }, want: "out of order or out of bounds"},
 		{name: "foreign writer", mut: func(v map[string]any) {
 			v["writer"] = map[string]any{"producer": "ghost", "epoch": 1}
 			tgb(v)["producer"] = "ghost"
 		}, want: "not the producer's registered epoch"},
-		{name: "foreign pack key", keepKeys: true, mut: func(v map[string]any) {
-			tgb(v)["ranks"].([]any)[0].(map[string]any)["key"] = txn.PackKey("p", 1, 1, 0) // step 0's data
-		}, want: "pack key"},
+		{name: "foreign object key", keepKeys: true, mut: func(v map[string]any) {
+			object(v)["key"] = txn.ObjectKey("p", 1, 1) // step 0's data
+		}, want: "object key"},
 		{name: "seq rewind", mut: func(v map[string]any) {
 			delete(v, "tgbs")
 			v["producer"].(map[string]any)["seq"] = 0
@@ -410,10 +414,8 @@ func TestCorruptRecords(t *testing.T) {
 	}
 }
 
-func tgb(v map[string]any) map[string]any { return v["tgbs"].([]any)[0].(map[string]any) }
-func file(v map[string]any) map[string]any {
-	return tgb(v)["ranks"].([]any)[0].(map[string]any)["files"].([]any)[0].(map[string]any)
-}
+func tgb(v map[string]any) map[string]any    { return v["tgbs"].([]any)[0].(map[string]any) }
+func object(v map[string]any) map[string]any { return tgb(v)["object"].(map[string]any) }
 
 // TestSnapshotsAndHint: snapshots bound what Load reads, and a stale,
 // garbled or dangling hint changes nothing but the cost.
@@ -594,7 +596,7 @@ func jsonMarshal(t *testing.T, v any) []byte {
 	return b
 }
 
-// rekey sets every pack key of the TGBs in a version map to what the TGB's
+// rekey sets every object key of the TGBs in a version map to what the TGB's
 // producer, epoch and seq name.
 func rekey(v map[string]any) {
 	tgbs, _ := v["tgbs"].([]any)
@@ -603,12 +605,8 @@ func rekey(v map[string]any) {
 		prod, _ := t["producer"].(string)
 		epoch := uint64(toFloat(t["epoch"]))
 		seq := uint64(toFloat(t["seq"]))
-		ranks, _ := t["ranks"].([]any)
-		for r, p := range ranks {
-			p.(map[string]any)["key"] = txn.PackKey(prod, epoch, seq, r)
-		}
-		if sh, ok := t["shared"].(map[string]any); ok {
-			sh["key"] = txn.PackKey(prod, epoch, seq, -1)
+		if o, ok := t["object"].(map[string]any); ok {
+			o["key"] = txn.ObjectKey(prod, epoch, seq)
 		}
 	}
 }

@@ -2,13 +2,10 @@ package txn
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-
-	"github.com/lakestream/lakestream/store"
 )
 
 // Castagnoli is the CRC32C table used for every checksum in a stream.
@@ -157,21 +154,6 @@ func (pr *packReader) finish() (*Pack, error) {
 	}
 	p := pr.pack
 	return &p, nil
-}
-
-// uploadPack writes files as one pack object under key and returns its
-// description.
-func uploadPack(ctx context.Context, s store.Store, key string, files []FileSource, chunkSize int64) (*Pack, error) {
-	var total int64
-	for _, f := range files {
-		total += f.Size
-	}
-	pr := newPackReader(key, files, chunkSize)
-	defer pr.close()
-	if err := s.Put(ctx, key, pr, total); err != nil {
-		return nil, err
-	}
-	return pr.finish()
 }
 
 // VerifyPack checks data (a whole pack's bytes) against the pack's chunk

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lakestream/lakestream/store"
 )
 
@@ -166,6 +164,10 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	return p, nil
 }
 
+// ValidateProducerID checks a producer id before anything is opened, so a
+// command can report a bad one as a usage error.
+func ValidateProducerID(id string) error { return validateProducerID(id) }
+
 func validateProducerID(id string) error {
 	if id == "" || len(id) > 128 || id == "." || id == ".." {
 		return fmt.Errorf("producer id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
@@ -270,50 +272,34 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch) (*TGB, error
 			}
 		}
 	}
-	tgb := &TGB{Producer: p.id, Epoch: p.epoch, Seq: seq, Batch: b.Name, Cursor: b.Cursor, Ranks: make([]*Pack, len(b.Ranks))}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(p.par)
-	put := func(rank int, files []FileSource, dst **Pack) {
-		g.Go(func() error {
-			key := PackKey(p.id, p.epoch, seq, rank)
-			bo := newBackoff()
-			for {
-				pack, err := uploadPack(gctx, p.log.Store, key, files, p.log.Config.ChunkSize)
-				if err == nil {
-					*dst = pack
-					return nil
-				}
-				if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || gctx.Err() != nil {
-					return fmt.Errorf("uploading %s: %w", key, err)
-				}
-				p.logger.Warn("upload failed; retrying", "key", key, "err", err)
-				if werr := bo.wait(gctx); werr != nil {
-					return fmt.Errorf("uploading %s: %w (last: %v)", key, werr, err)
+	tgb := &TGB{Producer: p.id, Epoch: p.epoch, Seq: seq, Batch: b.Name, Cursor: b.Cursor}
+	key := ObjectKey(p.id, p.epoch, seq)
+	bo := newBackoff()
+	for {
+		obj, ranks, shared, err := uploadObject(ctx, p.log.Store, key, b.Ranks, b.Shared, p.log.Config.ChunkSize)
+		if err == nil {
+			// The regions passed the same checks a reader applies.
+			for r, pk := range ranks {
+				if err := validatePack(pk, p.log.Config.ChunkSize, false); err != nil {
+					return nil, fmt.Errorf("%w: batch %q rank %d: %v", ErrSource, b.Name, r, err)
 				}
 			}
-		})
-	}
-	for r, files := range b.Ranks {
-		put(r, files, &tgb.Ranks[r])
-	}
-	if len(b.Shared) > 0 {
-		put(-1, b.Shared, &tgb.Shared)
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	// The packs passed the same checks a reader applies.
-	for r, pk := range tgb.Ranks {
-		if err := validatePack(pk, p.log.Config.ChunkSize, false); err != nil {
-			return nil, fmt.Errorf("%w: batch %q rank %d: %v", ErrSource, b.Name, r, err)
+			if shared != nil {
+				if err := validatePack(shared, p.log.Config.ChunkSize, true); err != nil {
+					return nil, fmt.Errorf("%w: batch %q shared files: %v", ErrSource, b.Name, err)
+				}
+			}
+			tgb.Object = obj
+			return tgb, nil
+		}
+		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || ctx.Err() != nil {
+			return nil, fmt.Errorf("uploading %s: %w", key, err)
+		}
+		p.logger.Warn("upload failed; retrying", "key", key, "err", err)
+		if werr := bo.wait(ctx); werr != nil {
+			return nil, fmt.Errorf("uploading %s: %w (last: %v)", key, werr, err)
 		}
 	}
-	if tgb.Shared != nil {
-		if err := validatePack(tgb.Shared, p.log.Config.ChunkSize, true); err != nil {
-			return nil, fmt.Errorf("%w: batch %q shared files: %v", ErrSource, b.Name, err)
-		}
-	}
-	return tgb, nil
 }
 
 // Flush waits until every TGB appended so far is committed.

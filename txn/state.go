@@ -206,9 +206,7 @@ func (s *State) apply(v *Version) {
 		k := v.Reclaim.Below - s.LiveFrom
 		var keys []string
 		for _, t := range s.Steps[:k] {
-			for _, p := range t.Packs() {
-				keys = append(keys, p.Key)
-			}
+			keys = append(keys, t.Object.Key)
 		}
 		s.Pending = append(s.Pending, PendingDelete{Version: v.Version, Time: v.Time, Keys: keys})
 		s.Steps = slices.Clone(s.Steps[k:]) // drop the old array
@@ -254,18 +252,8 @@ func (s *State) validate(cfg *StreamConfig) error {
 		if p := s.Producers[t.Producer]; p == nil {
 			return fmt.Errorf("step %d by unknown producer %q", t.Step, t.Producer)
 		}
-		if len(t.Ranks) != cfg.Ranks {
-			return fmt.Errorf("step %d: %d ranks, stream has %d", t.Step, len(t.Ranks), cfg.Ranks)
-		}
-		for r, p := range t.Ranks {
-			if err := validatePack(p, cfg.ChunkSize, false); err != nil {
-				return fmt.Errorf("step %d rank %d: %w", t.Step, r, err)
-			}
-		}
-		if t.Shared != nil {
-			if err := validatePack(t.Shared, cfg.ChunkSize, true); err != nil {
-				return fmt.Errorf("step %d shared: %w", t.Step, err)
-			}
+		if err := t.validateObject(cfg); err != nil {
+			return err
 		}
 	}
 	for id, p := range s.Producers {

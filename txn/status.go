@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-
-	"github.com/lakestream/lakestream/store"
 )
 
 // StatusReport is `lakefs-produce status --json`. Field names are a
@@ -29,11 +27,15 @@ type StatusReport struct {
 	ReclaimTarget     *int64           `json:"reclaim_target"` // LiveFrom the checkpoints allow
 	PendingDeletes    int              `json:"pending_deletes"`
 	Consumers         []ConsumerReport `json:"consumers"`
-	Time              time.Time        `json:"time"` // of the newest version
+	Time              *time.Time       `json:"time"` // of the newest version; null before the first
+
 	// Lead is how far the next step is ahead of what back-pressure
 	// measures from (null when nothing reports): a producer run with
 	// --max-lead M holds its uploads while Lead.Steps > M.
 	Lead *LeadReport `json:"lead"`
+	// GCHeldBy are the live consumers below ReclaimTarget: gc reclaims only
+	// below the slowest of them unless forced.
+	GCHeldBy []ConsumerHold `json:"gc_held_by"`
 }
 
 // LeadReport is the producers' lead over the slowest reader.
@@ -67,6 +69,10 @@ type ConsumerReport struct {
 	Lag  *int64    `json:"lag"` // head - step
 	Time time.Time `json:"time"`
 	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout
+	// Ranks the node shows (nil: all), of its view when ViewRanks > 0
+	// (lakefs-mount --view-ranks).
+	Ranks     []int `json:"ranks,omitempty"`
+	ViewRanks int   `json:"view_ranks,omitempty"`
 }
 
 // StreamStatus summarises the stream's newest state.
@@ -87,9 +93,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		DataBytes:         st.LiveBytes(),
 		StreamID:          l.Config.StreamID,
 		RetainCheckpoints: st.Config.RetainCheckpoints,
-		Time:              st.Time,
 		Producers:         []ProducerReport{},
 		Consumers:         []ConsumerReport{},
+	}
+	if !st.Time.IsZero() {
+		t := st.Time
+		r.Time = &t
 	}
 	for _, pd := range st.Pending {
 		r.PendingDeletes += len(pd.Keys)
@@ -103,6 +112,12 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	}
 	if t, ok := ReclaimTarget(st); ok {
 		r.ReclaimTarget = &t
+		if t > st.LiveFrom {
+			r.GCHeldBy, _ = ConsumerHolds(cons, min(t, st.NextStep()), time.Now())
+		}
+	}
+	if r.GCHeldBy == nil {
+		r.GCHeldBy = []ConsumerHold{}
 	}
 	last := map[string]int64{}
 	for _, t := range st.Steps {
@@ -121,7 +136,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
 	}
 	for _, h := range cons {
-		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout}
+		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout, Ranks: h.Ranks, ViewRanks: h.ViewRanks}
 		if h.Step != nil && r.Head != nil {
 			lag := *r.Head - *h.Step
 			c.Lag = &lag
@@ -158,38 +173,53 @@ func Verify(ctx context.Context, l *Log, parallel int) (*VerifyReport, error) {
 		return nil, err
 	}
 	rep := &VerifyReport{Version: st.Version, Steps: int64(len(st.Steps)), Problems: []Problem{}}
-	var packs []*Pack
-	for _, t := range st.Steps {
-		packs = append(packs, t.Packs()...)
-	}
-	rep.Objects = len(packs)
-	problems := make([]*Problem, len(packs))
+	rep.Objects = len(st.Steps)
+	problems := make([][]Problem, len(st.Steps))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(parallel, 1))
-	for i, p := range packs {
-		rep.Bytes += p.Size
+	for i, t := range st.Steps {
+		rep.Bytes += t.Object.Size
 		g.Go(func() error {
-			data, err := store.ReadAll(gctx, l.Store, p.Key)
-			switch {
-			case gctx.Err() != nil:
-				return gctx.Err()
-			case err != nil:
-				problems[i] = &Problem{p.Key, fmt.Sprintf("unreadable: %v", err)}
-			default:
-				if err := VerifyPack(p, data, l.Config.ChunkSize); err != nil {
-					problems[i] = &Problem{p.Key, err.Error()}
-				}
-			}
-			return nil
+			problems[i] = l.verifyObject(gctx, t)
+			return gctx.Err()
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	for _, p := range problems {
-		if p != nil {
-			rep.Problems = append(rep.Problems, *p)
-		}
+	for _, ps := range problems {
+		rep.Problems = append(rep.Problems, ps...)
 	}
 	return rep, nil
+}
+
+// verifyObject checks one TGB's object: its size, its index, and every
+// region's chunk and file CRCs, one region in memory at a time.
+func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
+	key := t.Object.Key
+	info, err := l.Store.Stat(ctx, key)
+	if err != nil {
+		return []Problem{{key, fmt.Sprintf("unreadable: %v", err)}}
+	}
+	if info.Size != t.Object.Size {
+		return []Problem{{key, fmt.Sprintf("%d bytes, the log says %d", info.Size, t.Object.Size)}}
+	}
+	ranks, shared, err := l.Packs(ctx, t)
+	if err != nil {
+		return []Problem{{key, err.Error()}}
+	}
+	if shared != nil {
+		ranks = append(ranks, shared)
+	}
+	var out []Problem
+	for _, p := range ranks {
+		data, err := l.Store.GetRange(ctx, key, p.Off, p.Size)
+		if err == nil {
+			err = VerifyPack(p, data, l.Config.ChunkSize)
+		}
+		if err != nil {
+			out = append(out, Problem{key, err.Error()})
+		}
+	}
+	return out
 }

@@ -20,6 +20,8 @@ func benchCommand() *cli.Command {
 		Usage: "benchmarks",
 		Subcommands: []*cli.Command{
 			benchIngestCommand(),
+			benchScaleCommand(),
+			benchReadCommand(),
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   "ingest-worker",
@@ -61,7 +63,7 @@ N runs until the log has N versions and prints a row per --duration window.`,
 			&cli.StringFlag{Name: "payload", Value: "1MiB", Destination: &o.Payloads, Usage: "bytes per TGB, split across ranks"},
 			&cli.IntFlag{Name: "ranks", Value: 2, Destination: &o.Ranks, Usage: "ranks of each benchmark stream"},
 			&cli.DurationFlag{Name: "duration", Value: 5 * time.Second, Destination: &o.Duration, Usage: "measured time per row (per window with --versions)"},
-			&cli.StringFlag{Name: "strategy", Value: "dac,naive,fixed,raw-put", Destination: &o.Strategies, Usage: "strategies: dac, naive, fixed, raw-put"},
+			&cli.StringFlag{Name: "strategy", Value: "dac,naive,fixed,raw-put", Destination: &o.Strategies, Usage: "strategies: dac, naive, fixed, raw-put, and the broker peers nats, nats-fsync"},
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Usage: "added to every store call"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "processes", Destination: &o.Processes, Usage: "run each producer as its own OS process"},

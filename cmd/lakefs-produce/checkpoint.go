@@ -33,6 +33,9 @@ committed yet is refused.`,
 				return err
 			}
 			o.Store = c.String("store")
+			if c.IsSet("step") && o.Step < 0 {
+				return usagef("--step %d: steps are numbered from 0; pass a committed step", o.Step)
+			}
 			return checkpoint(c.Context, o, c.App.Writer)
 		},
 	}

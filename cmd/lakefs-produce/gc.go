@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +19,7 @@ type gcOptions struct {
 	DryRun bool
 	Grace  time.Duration
 	JSON   bool
+	Force  bool
 }
 
 func gcCommand() *cli.Command {
@@ -29,12 +32,16 @@ func gcCommand() *cli.Command {
 steps leave every view), deletes reclaimed data older than the grace period,
 log versions and snapshots no reader needs, and orphans (data no version
 references) older than the grace period. Safe to run while producers and
-mounts run, and from several places at once.`,
+mounts run, and from several places at once.
+
+A mount whose heartbeat is fresh holds reclamation back: gc reclaims only
+below the step it reads, and names it; --force reclaims anyway.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.BoolFlag{Name: "dry-run", Destination: &o.DryRun, Usage: "list what would be deleted; change nothing"},
 			&cli.DurationFlag{Name: "grace", Value: txn.DefaultGrace, Destination: &o.Grace, Usage: "age before reclaimed data and orphans are deleted"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},
+			&cli.BoolFlag{Name: "force", Destination: &o.Force, Usage: "reclaim even steps that live mounts are reading"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -55,7 +62,9 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 		return err
 	}
 	now := time.Now
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Now: now})
+	// The report below says everything; gc's own log lines would be a
+	// second, unstructured copy of it.
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -65,6 +74,14 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	verb := "deleted"
 	if o.DryRun {
 		verb = "would delete"
+	}
+	if len(rep.HeldBy) > 0 {
+		if rep.Forced {
+			fmt.Fprintf(stdout, "forced: reclaiming below step %d although %s still read there\n", *rep.AllowedBelow, holders(rep.HeldBy))
+		} else {
+			fmt.Fprintf(stdout, "held back: checkpoints allow reclaiming below step %d, but %s still read there; reclaiming only below step %d (--force reclaims anyway)\n",
+				*rep.AllowedBelow, holders(rep.HeldBy), rep.HeldBy[0].Step)
+		}
 	}
 	if rep.ReclaimedSteps > 0 {
 		v := "reclaimed"
@@ -83,4 +100,13 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+len(rep.LogDeleted)+len(rep.Orphans), rep.Bytes)
 	return nil
+}
+
+// holders names the consumers holding gc back: "consumer a at step 5, ...".
+func holders(hs []txn.ConsumerHold) string {
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		parts[i] = fmt.Sprintf("consumer %s at step %d", h.Node, h.Step)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -107,6 +108,9 @@ func storeFlag() cli.Flag {
 func openStore(ctx context.Context, url string) (store.Store, error) {
 	if url == "" {
 		return nil, usagef("no store: pass --store URL or set LAKEFS_STORE")
+	}
+	if strings.HasPrefix(url, "mem:") {
+		return nil, usagef("--store %s: a mem:// store lives only as long as one process and is for tests; use file:///abs/dir or s3://bucket/prefix", url)
 	}
 	s, err := store.Open(ctx, url)
 	if errors.Is(err, store.ErrInvalid) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // invoke runs the command in-process and returns its exit status and output.
@@ -34,8 +35,27 @@ func stageBatch(t *testing.T, staging, name string, ranks int) {
 	}
 }
 
+// dirBytes is the size of the files under dir.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		n += info.Size()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestCommandsEndToEnd(t *testing.T) {
-	url := "file://" + t.TempDir()
+	root := t.TempDir()
+	url := "file://" + root
 	staging := t.TempDir()
 	t.Setenv("LAKEFS_STORE", url)
 
@@ -83,8 +103,8 @@ func TestCommandsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Head == nil || *s.Head != 12 || s.FirstStep != 10 || s.Ranks != 2 || s.Live.Count != 3 || *s.Live.From != 10 ||
-		len(s.Producers) != 1 || s.Producers[0].Cursor != "c" || s.Producers[0].Seq != 3 || s.DataBytes != 6 {
-		t.Fatalf("status: %s", out)
+		len(s.Producers) != 1 || s.Producers[0].Cursor != "c" || s.Producers[0].Seq != 3 || s.DataBytes != dirBytes(t, filepath.Join(root, "data")) {
+		t.Fatalf("status: %s (data/ holds %d bytes)", out, dirBytes(t, filepath.Join(root, "data")))
 	}
 	if code, out, _ := invoke(t, "verify"); code != 0 || !strings.Contains(out, "0 problems") {
 		t.Fatalf("verify: %d %s", code, out)
@@ -146,5 +166,130 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := invoke(t, "status", "--store", "file://"+t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "lakefs-produce init") {
 		t.Errorf("status without a stream: %d %q", code, stderr)
+	}
+}
+
+// TestRunOnceReportsEachBatch: run --once prints what became of each batch
+// and exits 1 when any was rejected; a reused name with new content is
+// rejected, not deleted.
+func TestRunOnceReportsEachBatch(t *testing.T) {
+	url := "file://" + t.TempDir()
+	staging := t.TempDir()
+	t.Setenv("LAKEFS_STORE", url)
+	if code, _, stderr := invoke(t, "init", "--ranks", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	stageBatch(t, staging, "a", 2)
+	stageBatch(t, staging, "b", 2)
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 0 || out != "a -> step 0\nb -> step 1\n" {
+		t.Fatalf("run: %d %q %s", code, out, stderr)
+	}
+	stageBatch(t, staging, "c", 2)
+	stageBatch(t, staging, "a", 2) // the same name again, different content below
+	if err := os.WriteFile(filepath.Join(staging, "a", "rank-0", "x.bin"), []byte("new data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 1 || !strings.Contains(out, "a rejected: batch \"a\" was already committed as step 0") ||
+		!strings.Contains(out, "c -> step 2\n") || !strings.Contains(stderr, "1 of 2 batches rejected") {
+		t.Fatalf("run with a reused name: %d %q %q", code, out, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(staging, "_rejected", "a", "rank-0", "x.bin")); string(b) != "new data" {
+		t.Fatalf("the new data of the reused name: %q %v", b, err)
+	}
+}
+
+// TestUserMistakes: each mistake gets one line and the right exit status,
+// and creates nothing.
+func TestUserMistakes(t *testing.T) {
+	good := "file://" + t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--store", good, "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	missing := filepath.Join(t.TempDir(), "typo")
+	cases := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"init", "--store", "mem://x", "--ranks", "1"}, 2, "mem:// store lives only as long as one process"},
+		{[]string{"run", "--store", good, "--staging", t.TempDir(), "--producer-id", "bad id"}, 2, "producer id \"bad id\""},
+		{[]string{"checkpoint", "--store", good, "--step", "-5"}, 2, "--step -5: steps are numbered from 0"},
+		{[]string{"checkpoint", "--store", good}, 2, "--step S is required"},
+		{[]string{"status", "--store", "file://" + missing}, 1, ""},
+		{[]string{"verify", "--store", "file://" + missing}, 1, ""},
+	}
+	for _, c := range cases {
+		code, _, stderr := invoke(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line saying %q", c.args, code, stderr, c.code, c.says)
+		}
+	}
+	if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+		t.Errorf("read-only commands on a mistyped path created %s: %v", missing, err)
+	}
+	code, out, stderr := invoke(t, "gc", "--store", good)
+	if code != 0 || stderr != "" || !strings.HasPrefix(out, "deleted ") {
+		t.Errorf("gc: %d, stdout %q, stderr %q (want the report only)", code, out, stderr)
+	}
+}
+
+// TestGCHeldByLiveMount: gc does not reclaim the step a live mount reads;
+// it says so, status shows it, and --force reclaims anyway.
+func TestGCHeldByLiveMount(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LAKEFS_STORE", "file://"+dir)
+	staging := t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--ranks", "1", "--retain-checkpoints", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, b := range []string{"a", "b", "c", "d"} {
+		stageBatch(t, staging, b, 1)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p", "--once"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := invoke(t, "checkpoint", "--step", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	hb, _ := json.Marshal(map[string]any{"node_id": "host-a", "step": 1, "time": time.Now()})
+	if err := os.MkdirAll(filepath.Join(dir, "_consumers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "_consumers", "host-a.json"), hb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := invoke(t, "status")
+	if code != 0 || !strings.Contains(out, "below step 1 by consumer host-a at step 1") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	code, out, stderr := invoke(t, "gc")
+	if code != 0 || stderr != "" || !strings.Contains(out, "held back: checkpoints allow reclaiming below step 3, but consumer host-a at step 1 still read there; reclaiming only below step 1") ||
+		!strings.Contains(out, "reclaimed 1 steps (below step 1)") {
+		t.Fatalf("gc: %d %q %q", code, out, stderr)
+	}
+	code, out, stderr = invoke(t, "gc", "--force")
+	if code != 0 || !strings.Contains(out, "forced: reclaiming below step 3 although consumer host-a at step 1") ||
+		!strings.Contains(out, "reclaimed 2 steps (below step 3)") {
+		t.Fatalf("gc --force: %d %q %q", code, out, stderr)
+	}
+}
+
+// TestEmptyStreamStatus: a stream with nothing committed shows none / null,
+// never the zero time.
+func TestEmptyStreamStatus(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, out, _ := invoke(t, "status")
+	if code != 0 || strings.Contains(out, "0001-01-01") || !strings.Contains(out, "none (nothing committed yet)") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	code, out, _ = invoke(t, "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["time"] != nil {
+		t.Fatalf("status --json: %d %s", code, out)
 	}
 }

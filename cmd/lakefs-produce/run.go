@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -50,14 +51,15 @@ commit is durable. Invalid batches move to <staging>/_rejected/<batch>/ with
 a _REASON file. Killed at any moment, run resumes where it stopped with
 nothing lost and nothing committed twice.
 
---once commits every batch sealed at start and exits 0; without it, run keeps
-watching until SIGINT or SIGTERM.`,
+--once commits every batch sealed at start, prints one line per batch
+("NAME -> step N" or "NAME rejected: REASON") and exits 0, or 1 when any
+batch was rejected; without it, run keeps watching until SIGINT or SIGTERM.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
 			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
 			&cli.Int64Flag{Name: "max-lead", Destination: &o.MaxLead, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
-			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics"},
+			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
 			&cli.StringFlag{Name: "strategy", Value: "dac", Destination: &o.Strategy, Usage: "commit strategy: dac, naive or fixed"},
@@ -71,12 +73,12 @@ watching until SIGINT or SIGTERM.`,
 				return err
 			}
 			o.Store = c.String("store")
-			return produce(c.Context, o, c.App.ErrWriter)
+			return produce(c.Context, o, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
 
-func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
+func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.Staging == "":
 		return usagef("--staging DIR is required")
@@ -86,6 +88,9 @@ func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
 		return usagef("--max-lead must not be negative (got %d)", o.MaxLead)
 	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
 		return usagef("--progress %q: use auto, line or log", o.Progress)
+	}
+	if err := txn.ValidateProducerID(o.ProducerID); err != nil {
+		return usagef("--producer-id: %v", err)
 	}
 	strategy, err := txn.NewStrategy(o.Strategy)
 	if err != nil {
@@ -100,7 +105,7 @@ func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
 		return err
 	}
 	if err := store.Probe(ctx, s); err != nil {
-		return fmt.Errorf("refusing store %s: %w", o.Store, err)
+		return fmt.Errorf("refusing store %s: %w", store.Redact(o.Store), err)
 	}
 	l, err := txn.Open(ctx, s)
 	if err != nil {
@@ -117,12 +122,23 @@ func produce(ctx context.Context, o runOptions, stderr io.Writer) error {
 	}
 	prog := newProgress(stderr, o.Progress, logger)
 	defer prog.stop()
+	summary := &onceSummary{out: stdout}
 	err = stage.Run(ctx, stage.RunOptions{
 		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
 		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Strategy: strategy, Logger: logger,
 		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
-		OnBatch: func(e stage.BatchEvent) { m.batch(e); prog.batch(e) },
+		OnBatch: func(e stage.BatchEvent) {
+			m.batch(e)
+			prog.batch(e)
+			if o.Once {
+				summary.batch(e)
+			}
+		},
 	})
+	if err == nil && summary.rejected > 0 {
+		return fmt.Errorf("%d of %d batches rejected; they are in %s with a %s file each",
+			summary.rejected, summary.n, filepath.Join(tree.Dir, stage.RejectedDir), stage.Reason)
+	}
 	if errors.Is(err, txn.ErrFenced) {
 		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)
 	}
@@ -179,7 +195,7 @@ func (m *runMetrics) batch(e stage.BatchEvent) {
 }
 
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen.TCP(addr)
 	if err != nil {
 		return nil, usagef("--metrics-addr %s: %v", addr, err)
 	}
@@ -300,5 +316,31 @@ func (p *progress) stop() {
 	p.wg.Wait()
 	if p.live {
 		fmt.Fprintln(p.out)
+	}
+}
+
+// onceSummary prints what run --once did with each batch, one line each:
+// "name -> step N", or "name rejected: why".
+type onceSummary struct {
+	mu          sync.Mutex
+	out         io.Writer
+	n, rejected int
+}
+
+func (s *onceSummary) batch(e stage.BatchEvent) {
+	if e.Waiting != "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	switch {
+	case e.Rejected != "":
+		s.rejected++
+		fmt.Fprintf(s.out, "%s rejected: %s\n", e.Name, e.Rejected)
+	case e.Already:
+		fmt.Fprintf(s.out, "%s -> step %d (committed before; removed from staging)\n", e.Name, e.Step)
+	default:
+		fmt.Fprintf(s.out, "%s -> step %d\n", e.Name, e.Step)
 	}
 }

@@ -59,7 +59,11 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "stream\t%s (%d ranks, first step %d)\n", r.StreamID, r.Ranks, r.FirstStep)
 	fmt.Fprintf(w, "head step\t%s\n", opt(r.Head))
-	fmt.Fprintf(w, "version\t%d (%s)\n", r.Version, r.Time.Format("2006-01-02 15:04:05Z07:00"))
+	if r.Time == nil {
+		fmt.Fprintf(w, "version\tnone (nothing committed yet)\n")
+	} else {
+		fmt.Fprintf(w, "version\t%d (%s)\n", r.Version, r.Time.Format("2006-01-02 15:04:05Z07:00"))
+	}
 	live := "none"
 	if r.Live.Count > 0 {
 		live = fmt.Sprintf("%d..%d (%d steps)", *r.Live.From, *r.Live.To, r.Live.Count)
@@ -72,8 +76,17 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	}
 	fmt.Fprintf(w, "checkpoints\t%s (retain %d; reclaimable below %s)\n", orNone(strings.Join(cps, " ")), r.RetainCheckpoints, opt(r.ReclaimTarget))
 	fmt.Fprintf(w, "pending deletes\t%d objects\n", r.PendingDeletes)
+	if len(r.GCHeldBy) > 0 {
+		fmt.Fprintf(w, "gc held\tbelow step %d by %s (gc --force reclaims anyway)\n", r.GCHeldBy[0].Step, holders(r.GCHeldBy))
+	}
 	if r.Lead != nil {
-		fmt.Fprintf(w, "lead\t%d steps ahead of %s at step %d (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, r.Lead.Base)
+		at := fmt.Sprintf("at step %d", r.Lead.Base)
+		for _, c := range r.Consumers {
+			if "consumer "+c.Node == r.Lead.Who && c.Step == nil {
+				at = "which has read nothing yet"
+			}
+		}
+		fmt.Fprintf(w, "lead\t%d steps ahead of %s %s (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, at)
 	}
 	w.Flush()
 	fmt.Fprintln(stdout)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -40,8 +41,14 @@ const InstallHint = "make tools (or: GOBIN=$PWD/.tools/bin go install github.com
 type Server struct {
 	Endpoint string // http://127.0.0.1:port
 	Dir      string
-	cmd      *exec.Cmd
+	bin      string
+	addr     string
+	access   string
+	secret   string
 	buckets  atomic.Int64
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // GUARDED_BY(mu); nil while stopped
 }
 
 // Binary finds versitygw: $VERSITYGW, $LAKEFS_TOOLS/bin, the repository's
@@ -71,6 +78,13 @@ func Binary() (string, error) {
 // cannot be used from parallel tests.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWithCredentials(t, AccessKey, SecretKey)
+}
+
+// StartWithCredentials is Start with the server's access and secret key;
+// the environment gets them too.
+func StartWithCredentials(t testing.TB, access, secret string) *Server {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -78,8 +92,8 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("versitygw not found (%v); install it with %s", err, InstallHint)
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	t.Setenv("AWS_ACCESS_KEY_ID", access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
 	t.Setenv("AWS_REGION", Region)
 	t.Setenv("AWS_PROFILE", "")
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
@@ -92,36 +106,74 @@ func Start(t testing.TB) *Server {
 			t.Fatal(err)
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region,
-			"--port", addr, "--quiet", "posix", dir)
-		cmd.Stdout = os.Stderr
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start versitygw: %v", err)
+		s := &Server{Endpoint: "http://" + addr, Dir: dir, bin: bin, addr: addr, access: access, secret: secret}
+		if err := s.start(); err != nil {
+			t.Fatal(err)
 		}
-		s := &Server{Endpoint: "http://" + addr, Dir: dir, cmd: cmd}
 		if waitListening(addr, 15*time.Second) {
-			t.Cleanup(s.stop)
+			t.Cleanup(func() { s.Stop(syscall.SIGTERM) })
 			return s
 		}
-		s.stop()
+		s.Stop(syscall.SIGTERM)
 		if attempt == 2 {
 			t.Fatalf("versitygw did not start listening on %s", addr)
 		}
 	}
 }
 
-func (s *Server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, "--access", s.access, "--secret", s.secret, "--region", Region,
+		"--port", s.addr, "--quiet", "posix", s.Dir)
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start versitygw: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
+}
+
+// Stop stops the server with sig (SIGKILL: a crash; SIGTERM: a clean stop,
+// escalated to SIGKILL after 5s) and waits for it to exit. Its data stays
+// for Restart.
+func (s *Server) Stop(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
 	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Restart starts a stopped server again on the same port and data, as an
+// operator restarts a crashed S3 server.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if running {
+		return fmt.Errorf("versitygw on %s is running", s.addr)
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	if !waitListening(s.addr, 15*time.Second) {
+		return fmt.Errorf("restarted versitygw did not listen on %s within 15s", s.addr)
+	}
+	return nil
 }
 
 func freePort() (int, error) {
@@ -149,7 +201,7 @@ func waitListening(addr string, d time.Duration) bool {
 func (s *Server) Client() *s3.Client {
 	cfg, _ := config.LoadDefaultConfig(context.Background(),
 		config.WithRegion(Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, "")))
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.access, s.secret, "")))
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.BaseEndpoint = aws.String(s.Endpoint)
 		o.UsePathStyle = true

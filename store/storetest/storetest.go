@@ -138,6 +138,24 @@ func testRanges(t *testing.T, s store.Store) {
 			t.Errorf("range [%d,+%d): err=%v len=%d", c.off, c.n, err, len(got))
 		}
 	}
+	// The same ranges streamed (RangeStreamer, or the fallback).
+	for _, c := range cases {
+		var got []byte
+		rc, err := store.GetRangeStream(ctx, s, "r", c.off, c.n)
+		if err == nil {
+			got, err = io.ReadAll(rc)
+			rc.Close()
+		}
+		if !c.ok {
+			if !errors.Is(err, store.ErrRange) {
+				t.Errorf("streamed range [%d,+%d): want ErrRange, got %v (%d bytes)", c.off, c.n, err, len(got))
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, data[c.off:c.off+c.n]) {
+			t.Errorf("streamed range [%d,+%d): err=%v len=%d", c.off, c.n, err, len(got))
+		}
+	}
 	if _, err := s.GetRange(ctx, "r", -1, 5); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("negative offset: %v", err)
 	}

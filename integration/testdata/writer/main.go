@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -28,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -45,6 +47,9 @@ type Record struct {
 	Batch    string `json:"batch"`
 	Sealed   bool   `json:"sealed"`
 	Files    []File `json:"files"`
+	// WaitedMS is how long the batch waited for space on a full staging
+	// disk (ENOSPC): the writer waits and retries rather than failing.
+	WaitedMS int64 `json:"waited_ms,omitempty"`
 }
 
 type dirsFlag map[string]string
@@ -145,7 +150,7 @@ func (w *writer) batch(id, dir string, i int, seal bool) error {
 			if k == 1 {
 				fname = "sub/" + fname // nested directories are allowed
 			}
-			f, err := writeFile(filepath.Join(bdir, fmt.Sprintf("rank-%d", r), fname), id, name, r, fname, logSize(rng, 2<<10, 300<<10))
+			f, err := writeFile(filepath.Join(bdir, fmt.Sprintf("rank-%d", r), fname), id, name, r, fname, logSize(rng, 2<<10, 300<<10), &rec.WaitedMS)
 			if err != nil {
 				return err
 			}
@@ -153,7 +158,7 @@ func (w *writer) batch(id, dir string, i int, seal bool) error {
 		}
 	}
 	if rng.IntN(2) == 0 {
-		f, err := writeFile(filepath.Join(bdir, "meta.json"), id, name, -1, "meta.json", 64+rng.Int64N(2000))
+		f, err := writeFile(filepath.Join(bdir, "meta.json"), id, name, -1, "meta.json", 64+rng.Int64N(2000), &rec.WaitedMS)
 		if err != nil {
 			return err
 		}
@@ -172,7 +177,21 @@ func (w *writer) batch(id, dir string, i int, seal bool) error {
 	if !seal {
 		return nil
 	}
-	return os.WriteFile(filepath.Join(bdir, "_SEALED"), nil, 0o644)
+	return retryFull(&rec.WaitedMS, func() error { return os.WriteFile(filepath.Join(bdir, "_SEALED"), nil, 0o644) })
+}
+
+// retryFull runs op until it does not fail with ENOSPC (a full staging
+// disk: the producer frees space as it commits), adding the time waited
+// to *waitedMS.
+func retryFull(waitedMS *int64, op func() error) error {
+	for {
+		err := op()
+		if !errors.Is(err, syscall.ENOSPC) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+		*waitedMS += 50
+	}
 }
 
 // logSize is log-uniform in [lo, hi): mostly small files, a few large.
@@ -190,7 +209,7 @@ func hashOf(parts ...string) uint64 {
 }
 
 // writeFile writes size bytes determined by (id, batch, rank, name, size).
-func writeFile(path, id, batch string, rank int, name string, size int64) (File, error) {
+func writeFile(path, id, batch string, rank int, name string, size int64, waitedMS *int64) (File, error) {
 	b := make([]byte, size)
 	hdr := fmt.Sprintf("writer producer=%s batch=%s rank=%d name=%s size=%d\n", id, batch, rank, name, size)
 	n := copy(b, hdr)
@@ -201,10 +220,13 @@ func writeFile(path, id, batch string, rank int, name string, size int64) (File,
 			b[i+k] = byte(v >> (8 * k))
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return File{}, err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	err := retryFull(waitedMS, func() error {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(path, b, 0o644)
+	})
+	if err != nil {
 		return File{}, err
 	}
 	sum := sha256.Sum256(b)

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/mount"
+)
+
+type benchReadOptions struct {
+	Store, Size, Readers, MountBin string
+	Steps, Ranks, Runs             int
+	MountArgs                      cli.StringSlice
+	JSON, Keep                     bool
+}
+
+func benchReadCommand() *cli.Command {
+	var o benchReadOptions
+	return &cli.Command{
+		Name:      "read",
+		Usage:     "measure a kernel mount against reading the same bytes straight from the store",
+		UsageText: "lakefs-produce bench read --store URL [--steps 100 --ranks 4 --size 4MiB --readers 1,4 --runs 1 --json]",
+		Description: `Commits --steps TGBs of --ranks x one file of --size random bytes to a fresh
+stream under the store URL, then for each --readers count N reads ranks
+0..N-1 (one reader per rank, its steps in order, every file to EOF with
+1 MiB reads and its CRC32C checked) twice: through a lakefs-mount child
+process with its default flags (page cache dropped after mounting), and
+directly with the store client (one ranged GET per file). Prints one row
+per (system, readers): MB/s, p50/p95 ms per file, bytes fetched from the
+store and served to readers, the mount's peak RSS, and CPU seconds per GB
+(reader plus mount process). With --runs K each row is run K times and the
+run with the median MB/s is printed. Needs lakefs-mount next to this
+executable or on PATH, root and /dev/fuse.
+
+Example:
+  lakefs-produce bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4`,
+		Flags: []cli.Flag{
+			storeFlag(),
+			&cli.IntFlag{Name: "steps", Value: 100, Destination: &o.Steps, Usage: "steps committed"},
+			&cli.IntFlag{Name: "ranks", Value: 4, Destination: &o.Ranks, Usage: "ranks of the stream"},
+			&cli.StringFlag{Name: "size", Value: "4MiB", Destination: &o.Size, Usage: "bytes of each rank's file per step"},
+			&cli.StringFlag{Name: "readers", Value: "1,4", Destination: &o.Readers, Usage: "reader counts (one rank each, <= --ranks)"},
+			&cli.IntFlag{Name: "runs", Value: 1, Destination: &o.Runs, Usage: "runs per row; the median by MB/s is printed"},
+			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
+			&cli.StringSliceFlag{Name: "mount-arg", Destination: &o.MountArgs, Usage: "extra lakefs-mount flag (repeatable), e.g. --mount-arg=--ranks=0"},
+			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
+			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the stream in the store"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return benchRead(c.Context, o, c.App.Writer)
+		},
+	}
+}
+
+func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error {
+	if o.Store == "" {
+		return usagef("no store: pass --store URL or set LAKEFS_STORE")
+	}
+	size, err := mount.ParseSize("--size", o.Size)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	ro := bench.ReadOptions{
+		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, Size: size, Runs: o.Runs,
+		MountBin: o.MountBin, MountArgs: o.MountArgs.Value(), JSON: o.JSON, Keep: o.Keep,
+	}
+	for _, r := range splitList(o.Readers) {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 {
+			return usagef("--readers %q: want a comma-separated list of positive counts, e.g. 1,4", o.Readers)
+		}
+		ro.Readers = append(ro.Readers, n)
+	}
+	if o.Steps < 1 || o.Ranks < 1 || o.Runs < 1 {
+		return usagef("--steps, --ranks and --runs must be at least 1")
+	}
+	return bench.Read(ctx, ro, stdout)
+}

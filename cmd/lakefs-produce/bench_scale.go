@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/internal/scale"
+)
+
+type benchScaleOptions struct {
+	Store, Ranks, Mounts, MountBin   string
+	Files, FileSize, Steps, Versions int
+	ReadRanks                        int
+	Window                           time.Duration
+	JSON, Keep                       bool
+}
+
+func benchScaleCommand() *cli.Command {
+	var o benchScaleOptions
+	return &cli.Command{
+		Name:      "scale",
+		Usage:     "measure what a stream costs as ranks, files and nodes grow",
+		UsageText: "lakefs-produce bench scale --store URL [--ranks 64,1024 --files 16 --steps 100 --versions 10000 --mounts 10 --window 20s --json]",
+		Description: `Builds a stream of R ranks x F files x N steps with the real producer, pads
+its log to V versions, copies it under a fresh prefix of the store and
+prints, per rank count: bytes of a step's version record and of its share
+of a snapshot, object and index bytes, store writes per step, Open+Load
+time, a new lakefs-mount's time to show the head, ls of a rank directory,
+find of one rank over every step, and the mount's peak RSS after reading
+every file of one rank. Then, per --mounts K, the store requests per second
+per mount of K idle lakefs-mount processes and of K whose readers follow
+the head while a producer commits a step a second (counted by a proxy in
+front of an s3:// endpoint; not counted on file://), and how soon a waiting
+reader sees each new step. Needs lakefs-mount next to this executable or
+on PATH, root and /dev/fuse.
+
+Example:
+  lakefs-produce bench scale --store 's3://bkt/scale?endpoint=http://127.0.0.1:7070' --ranks 1024 --mounts 10,100`,
+		Flags: []cli.Flag{
+			storeFlag(),
+			&cli.StringFlag{Name: "ranks", Value: "64,1024", Destination: &o.Ranks, Usage: "rank counts R"},
+			&cli.IntFlag{Name: "files", Value: 16, Destination: &o.Files, Usage: "files per rank per step F"},
+			&cli.IntFlag{Name: "file-size", Value: 64, Destination: &o.FileSize, Usage: "bytes per file"},
+			&cli.IntFlag{Name: "steps", Value: 100, Destination: &o.Steps, Usage: "live steps N"},
+			&cli.IntFlag{Name: "versions", Value: 10000, Destination: &o.Versions, Usage: "log length V"},
+			&cli.IntFlag{Name: "read-ranks", Value: 1, Destination: &o.ReadRanks, Usage: "ranks one node reads (every file, every step) before its RSS is taken"},
+			&cli.StringFlag{Name: "mounts", Value: "10", Destination: &o.Mounts, Usage: "node counts K for the request-rate rows (\"\" for none)"},
+			&cli.DurationFlag{Name: "window", Value: 20 * time.Second, Destination: &o.Window, Usage: "measured time of each request-rate row"},
+			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
+			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
+			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the streams in the store"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return benchScale(c.Context, o, c.App.Writer)
+		},
+	}
+}
+
+func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) error {
+	if o.Store == "" {
+		return usagef("no store: pass --store URL or set LAKEFS_STORE")
+	}
+	so := scale.Options{
+		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
+		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{},
+	}
+	for _, r := range splitList(o.Ranks) {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 {
+			return usagef("--ranks %q: want a comma-separated list of positive counts, e.g. 64,1024", o.Ranks)
+		}
+		so.Ranks = append(so.Ranks, n)
+	}
+	for _, k := range splitList(o.Mounts) {
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 1 {
+			return usagef("--mounts %q: want a comma-separated list of positive counts, e.g. 10,100", o.Mounts)
+		}
+		so.Mounts = append(so.Mounts, n)
+	}
+	return scale.Run(ctx, so, stdout)
+}

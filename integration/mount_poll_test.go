@@ -1,0 +1,67 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+// TestMountPollsOnDemand: a mount polls the log only as fast as its
+// readers need. With a fast PollInterval and an hour-long
+// IdlePollInterval, an idle mount does not poll at all, yet a reader
+// blocked on a step that is not committed yet (--wait) gets it: the wait
+// itself turns fast polling on, and off again once nobody waits.
+func TestMountPollsOnDemand(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := mntNewStream(t, url, 2, 64<<10)
+	p := mntNewProducer(t, l, "p1", 8<<10, 1)
+	p.addN(t, 2)
+	mnt, info := mntMountInProcess(t, mount.Options{
+		Store: url, MetricsAddr: "127.0.0.1:0",
+		PollInterval: 20 * time.Millisecond, IdlePollInterval: time.Hour, Wait: 30 * time.Second,
+	})
+	polls := func() float64 { return mntScrape(t, info.MetricsAddr)["lakefs_mount_log_polls_total"] }
+
+	// Idle: 50 fast intervals pass without a poll.
+	time.Sleep(time.Second)
+	if n := polls(); n != 0 {
+		t.Fatalf("an idle mount polled %v times in 1s with an hour-long idle interval", n)
+	}
+
+	// A reader waits for step 2, which is committed only after it started
+	// waiting: it must see it although the idle interval is an hour.
+	got := make(chan error, 1)
+	go func() {
+		_, err := os.ReadDir(filepath.Join(mnt, "steps", "2", "rank-0"))
+		got <- err
+	}()
+	mntWaitFor(t, 10*time.Second, "the reader to wait and polling to start", func() bool { return polls() >= 2 })
+	p.addN(t, 1)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiting reader: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a reader waiting for step 2 did not see it within 20s of its commit")
+	}
+
+	// Nobody waits and nobody reads near the head any more: polling stops
+	// (allow the poll in flight and one more before the interval turns).
+	before := polls()
+	time.Sleep(time.Second)
+	if n := polls() - before; n > 2 {
+		t.Fatalf("%v polls in the second after the wait ended; want at most 2", n)
+	}
+
+	// A read near the head keeps polling fast for a while (a trainer at
+	// the head will want the next step soon).
+	if _, err := mntReadFile(filepath.Join(mnt, "steps", "2", "rank-0", "sample-00.bin")); err != nil {
+		t.Fatal(err)
+	}
+	before = polls()
+	mntWaitFor(t, 10*time.Second, "fast polling after a read at the head", func() bool { return polls() >= before+5 })
+}

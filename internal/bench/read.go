@@ -1,0 +1,562 @@
+package bench
+
+// `lakefs-produce bench read`: how close a kernel mount comes to reading the
+// same bytes straight from the store. It commits Steps TGBs of Ranks x one
+// file of Size bytes to a fresh stream, then for each reader count N reads
+// ranks 0..N-1 (one reader per rank, each rank's steps in order) twice in
+// the same run: through a lakefs-mount child process with its default flags
+// (the page cache dropped after mounting), and directly with the store
+// client (one ranged GET per file, the bytes a mount reader gets). Every
+// file is read to EOF with 1 MiB reads and its CRC32C checked.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// ReadOptions configure Read. Zero fields take the defaults named.
+type ReadOptions struct {
+	// StoreURL is where the stream is built, under a fresh prefix
+	// (file:///abs/dir or s3://bucket/prefix?endpoint=...).
+	StoreURL string
+	Steps    int   // steps committed (default 100)
+	Ranks    int   // ranks of the stream (default 4)
+	Size     int64 // bytes of each rank's one file per step (default 4 MiB)
+	Readers  []int // reader counts, each <= Ranks (default 1, 4)
+	Runs     int   // runs of each row; the row with the median MB/s is printed (default 1)
+	// MountBin is the lakefs-mount executable (default: next to this
+	// executable, else on PATH).
+	MountBin string
+	// MountArgs are extra lakefs-mount flags (default none: default flags).
+	MountArgs []string
+	JSON      bool
+	Keep      bool // keep the stream
+	Logger    *slog.Logger
+}
+
+// ReadRow is one line of output: one system read by N readers.
+type ReadRow struct {
+	System       string  `json:"system"` // "mount" or "direct"
+	Readers      int     `json:"readers"`
+	Files        int     `json:"files"`
+	MBPerS       float64 `json:"mb_per_s"`
+	P50Ms        float64 `json:"p50_ms"` // per file: open to EOF
+	P95Ms        float64 `json:"p95_ms"`
+	FetchedBytes int64   `json:"fetched_bytes"` // from the store
+	ServedBytes  int64   `json:"served_bytes"`  // to the readers
+	RSSMiB       float64 `json:"rss_mib"`       // the mount's peak RSS (0 for direct)
+	CPUSPerGB    float64 `json:"cpu_s_per_gb"`  // reader + mount process CPU per GB served
+}
+
+const readBuf = 1 << 20 // what the issue's reader asks read(2) for
+
+func (o *ReadOptions) defaults() error {
+	if o.StoreURL == "" {
+		return errors.New("bench read: no store URL")
+	}
+	if strings.HasPrefix(o.StoreURL, "mem://") {
+		return errors.New("bench read: a mem:// store cannot be mounted by another process; use file:// or s3://")
+	}
+	if o.Steps == 0 {
+		o.Steps = 100
+	}
+	if o.Ranks == 0 {
+		o.Ranks = 4
+	}
+	if o.Size == 0 {
+		o.Size = 4 << 20
+	}
+	if len(o.Readers) == 0 {
+		o.Readers = []int{1, 4}
+	}
+	if o.Runs == 0 {
+		o.Runs = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if o.Steps < 1 || o.Size < 1 || o.Runs < 1 || o.Ranks < 1 || o.Ranks > txn.MaxRanks {
+		return fmt.Errorf("bench read: steps, size and runs must be at least 1 and ranks in [1,%d]", txn.MaxRanks)
+	}
+	for _, n := range o.Readers {
+		if n < 1 || n > o.Ranks {
+			return fmt.Errorf("bench read: %d readers: each reader reads its own rank, so use 1..%d (or more --ranks)", n, o.Ranks)
+		}
+	}
+	if o.MountBin == "" {
+		o.MountBin = mountBin()
+	}
+	if o.MountBin == "" {
+		return errors.New("bench read: lakefs-mount not found next to this executable or on PATH; build it (make build) or pass --mount-bin")
+	}
+	return nil
+}
+
+func mountBin() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("lakefs-mount"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Read builds the stream, measures each (system, readers) row and prints it.
+func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	url, _, err := subURL(o.StoreURL, "bench-read-"+randomHex(6))
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer func() {
+			if err := deleteAll(context.WithoutCancel(ctx), s); err != nil {
+				o.Logger.Warn("bench read: cleaning up", "store", url, "err", err)
+			}
+		}()
+	}
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: o.Ranks})
+	if err != nil {
+		return err
+	}
+	files, err := writeSteps(ctx, l, &o)
+	if err != nil {
+		return err
+	}
+	pr := &readPrinter{out: out, json: o.JSON}
+	for _, n := range o.Readers {
+		for _, system := range []string{"direct", "mount"} {
+			var rows []ReadRow
+			for range o.Runs {
+				var r ReadRow
+				var err error
+				if system == "mount" {
+					r, err = readMount(ctx, &o, url, files, n)
+				} else {
+					r, err = readDirect(ctx, &o, s, files, n)
+				}
+				if err != nil {
+					return fmt.Errorf("%s, %d readers: %w", system, n, err)
+				}
+				rows = append(rows, r)
+			}
+			slices.SortFunc(rows, func(a, b ReadRow) int { return cmpFloat(a.MBPerS, b.MBPerS) })
+			pr.row(rows[len(rows)/2])
+		}
+	}
+	return nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// benchFile is one file of the stream as both systems read it.
+type benchFile struct {
+	step int64
+	rank int
+	path string // in the mount, relative to its root
+	key  string // in the store: the bytes at [off, off+size) of key
+	off  int64
+	size int64
+	crc  uint32
+}
+
+// writeSteps commits o.Steps TGBs of random bytes and returns, per rank,
+// its files in step order, located through the log as a reader would.
+func writeSteps(ctx context.Context, l *txn.Log, o *ReadOptions) ([][]benchFile, error) {
+	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "bench-read", Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.NewChaCha8([32]byte{1})
+	data := make([][]byte, o.Ranks)
+	for s := range o.Steps {
+		b := txn.Batch{Name: fmt.Sprintf("b%08d", s), Cursor: fmt.Sprintf("b%08d", s), Ranks: make([][]txn.FileSource, o.Ranks)}
+		for r := range b.Ranks {
+			if data[r] == nil {
+				data[r] = make([]byte, o.Size)
+			}
+			_, _ = rng.Read(data[r]) // never fails
+			b.Ranks[r] = []txn.FileSource{txn.BytesFile("sample.bin", data[r])}
+		}
+		pd, err := p.Append(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		// One TGB in flight: the buffers are reused for the next.
+		if _, err := pd.Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		return nil, err
+	}
+	st, err := l.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	files := make([][]benchFile, o.Ranks)
+	for _, t := range st.Steps {
+		for r := range o.Ranks {
+			pk, err := l.Pack(ctx, t, r)
+			if err != nil {
+				return nil, fmt.Errorf("step %d rank %d: %w", t.Step, r, err)
+			}
+			for _, f := range pk.Files {
+				files[r] = append(files[r], benchFile{
+					step: t.Step, rank: r,
+					path: filepath.Join("steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r), filepath.FromSlash(f.Name)),
+					key:  pk.Key, off: pk.Off + f.Off, size: f.Size, crc: f.CRC,
+				})
+			}
+		}
+	}
+	return files, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// readAll runs one reader per rank 0..n-1 over its files in order and
+// returns the per-file times, the bytes read and the wall time.
+func readAll(ctx context.Context, files [][]benchFile, n int, read func(context.Context, benchFile, []byte) error) ([]float64, int64, time.Duration, error) {
+	var (
+		mu    sync.Mutex
+		times []float64
+		bytes int64
+		first error
+		wg    sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, readBuf)
+			for _, f := range files[r] {
+				t0 := time.Now()
+				err := read(ctx, f, buf)
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+					return
+				}
+				times = append(times, ms(d))
+				bytes += f.size
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return times, bytes, time.Since(start), first
+}
+
+// readDirect reads the files with ranged GETs of the store client.
+func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]benchFile, n int) (ReadRow, error) {
+	dropCaches(o.Logger)
+	cpu0 := selfCPU()
+	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, _ []byte) error {
+		b, err := s.GetRange(ctx, f.key, f.off, f.size)
+		if err != nil {
+			return err
+		}
+		if got := crc32.Checksum(b, castagnoli); got != f.crc {
+			return fmt.Errorf("%s: CRC32C %08x, want %08x", f.path, got, f.crc)
+		}
+		return nil
+	})
+	if err != nil {
+		return ReadRow{}, err
+	}
+	return row("direct", n, times, bytes, wall, bytes, bytes, 0, selfCPU()-cpu0), nil
+}
+
+// readMount reads the files through a fresh lakefs-mount child process.
+func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchFile, n int) (ReadRow, error) {
+	m, err := startMount(ctx, o, url)
+	if err != nil {
+		return ReadRow{}, err
+	}
+	defer m.stop(o.Logger)
+	head := files[0][len(files[0])-1].step
+	if err := m.waitHead(head, time.Minute); err != nil {
+		return ReadRow{}, err
+	}
+	dropCaches(o.Logger)
+	cpu0, mcpu0 := selfCPU(), procCPU(m.cmd.Process.Pid)
+	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
+		return readFile(filepath.Join(m.dir, f.path), f, buf)
+	})
+	if err != nil {
+		return ReadRow{}, err
+	}
+	cpu := selfCPU() - cpu0 + procCPU(m.cmd.Process.Pid) - mcpu0
+	rss := peakRSS(m.cmd.Process.Pid)
+	fetched, served, err := m.counters(ctx)
+	if err != nil {
+		return ReadRow{}, err
+	}
+	return row("mount", n, times, bytes, wall, fetched, served, rss, cpu), nil
+}
+
+// readFile reads a file to EOF with buf-sized reads and checks its CRC32C.
+func readFile(path string, f benchFile, buf []byte) error {
+	fd, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	var crc uint32
+	var n int64
+	for {
+		k, err := fd.Read(buf)
+		crc = crc32.Update(crc, castagnoli, buf[:k])
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n != f.size || crc != f.crc {
+		return fmt.Errorf("%s: %d bytes with CRC32C %08x, want %d bytes with %08x", path, n, crc, f.size, f.crc)
+	}
+	return nil
+}
+
+func row(system string, n int, times []float64, bytes int64, wall time.Duration, fetched, served int64, rss float64, cpu time.Duration) ReadRow {
+	return ReadRow{
+		System: system, Readers: n, Files: len(times),
+		MBPerS: round(float64(bytes)/1e6/wall.Seconds(), 1),
+		P50Ms:  round(percentile(times, 50), 2), P95Ms: round(percentile(times, 95), 2),
+		FetchedBytes: fetched, ServedBytes: served, RSSMiB: round(rss, 1),
+		CPUSPerGB: round(cpu.Seconds()/(float64(bytes)/1e9), 3),
+	}
+}
+
+// dropCaches empties the page cache, so file:// reads and the mount's
+// kernel cache start cold. It needs root; without it the numbers include
+// whatever the cache holds, so say so.
+func dropCaches(logger *slog.Logger) {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		logger.Warn("bench read: cannot drop the page cache; reads may be served from it", "err", err)
+	}
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is a process's user + system CPU time from /proc/<pid>/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line, in clock ticks (USER_HZ = 100).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * 10 * time.Millisecond
+}
+
+// peakRSS is a process's VmHWM in MiB.
+func peakRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// mountProc is one lakefs-mount child process.
+type mountProc struct {
+	cmd     *exec.Cmd
+	dir     string
+	metrics string
+	stderr  *strings.Builder
+}
+
+func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, error) {
+	dir, err := os.MkdirTemp("", "lakefs-bench-read-")
+	if err != nil {
+		return nil, err
+	}
+	// The counters come from the mount's metrics: on the address the
+	// caller gave (e.g. to profile with --pprof), else on a free port.
+	var addr string
+	for i, a := range o.MountArgs {
+		if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			addr = v
+		} else if a == "--metrics-addr" && i+1 < len(o.MountArgs) {
+			addr = o.MountArgs[i+1]
+		}
+	}
+	args := []string{"--store", url, "--node-id", "bench-read"}
+	if addr == "" {
+		if addr, err = freePort(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--metrics-addr", addr)
+	}
+	args = append(args, o.MountArgs...)
+	cmd := exec.CommandContext(ctx, o.MountBin, append(args, dir)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("starting %s: %w", o.MountBin, err)
+	}
+	return &mountProc{cmd: cmd, dir: dir, metrics: "http://" + addr + "/metrics", stderr: &stderr}, nil
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitHead waits until the mount shows head.
+func (m *mountProc) waitHead(head int64, limit time.Duration) error {
+	want := strconv.FormatInt(head, 10)
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && m.cmd.ProcessState == nil {
+		if b, err := os.ReadFile(filepath.Join(m.dir, "head")); err == nil && strings.TrimSpace(string(b)) == want {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("mount at %s did not show head %s within %s: %s", m.dir, want, limit, m.stderr.String())
+}
+
+// counters scrapes the mount's bytes fetched and served.
+func (m *mountProc) counters(ctx context.Context) (fetched, served int64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.metrics, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("scraping the mount's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		switch name {
+		case "lakefs_mount_bytes_fetched_total":
+			fetched = int64(f)
+		case "lakefs_mount_bytes_served_total":
+			served = int64(f)
+		}
+	}
+	return fetched, served, sc.Err()
+}
+
+func (m *mountProc) stop(logger *slog.Logger) {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = m.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		logger.Warn("bench read: lakefs-mount did not stop on SIGTERM; killing it", "dir", m.dir)
+		_ = m.cmd.Process.Kill()
+		<-done
+		_ = syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	}
+	os.Remove(m.dir)
+}
+
+// readPrinter writes rows as fixed-width columns (each row as soon as it
+// is known: a run takes a while) or as JSON lines.
+type readPrinter struct {
+	out    io.Writer
+	json   bool
+	header bool
+}
+
+func (p *readPrinter) row(r ReadRow) {
+	if p.json {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(p.out, "%s\n", b)
+		return
+	}
+	if !p.header {
+		fmt.Fprintf(p.out, "%-7s %7s %6s %8s %8s %8s %11s %10s %8s %9s\n",
+			"system", "readers", "files", "MB/s", "p50 ms", "p95 ms", "fetched MB", "served MB", "RSS MiB", "CPU s/GB")
+		p.header = true
+	}
+	fmt.Fprintf(p.out, "%-7s %7d %6d %8.1f %8.2f %8.2f %11.1f %10.1f %8.1f %9.3f\n", r.System, r.Readers, r.Files, r.MBPerS,
+		r.P50Ms, r.P95Ms, float64(r.FetchedBytes)/1e6, float64(r.ServedBytes)/1e6, r.RSSMiB, r.CPUSPerGB)
+}

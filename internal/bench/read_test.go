@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadFile runs bench read on file:// through a real kernel mount (a
+// lakefs-mount built for the test) and checks the contract's fields, that
+// both systems read every file of the readers' ranks with its CRC32C
+// checked, and that the mount fetched at most 1.05x what it served with
+// default flags (ranks nobody opened are never fetched).
+func TestReadFile(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lakefs-mount")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lakestream/lakestream/cmd/lakefs-mount").CombinedOutput(); err != nil {
+		t.Fatalf("building lakefs-mount: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	o := ReadOptions{
+		StoreURL: "file://" + t.TempDir(), Steps: 6, Ranks: 4, Size: 3<<20 + 12345, Readers: []int{1, 2},
+		MountBin: bin, JSON: true, Logger: quiet,
+	}
+	if err := Read(t.Context(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []ReadRow
+	for line := range strings.SplitSeq(strings.TrimSpace(out.String()), "\n") {
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(line), &fields); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		for _, k := range []string{"system", "readers", "mb_per_s", "p50_ms", "p95_ms", "fetched_bytes", "served_bytes", "rss_mib", "cpu_s_per_gb"} {
+			if _, ok := fields[k]; !ok {
+				t.Fatalf("line %q has no %q", line, k)
+			}
+		}
+		var r ReadRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4 (direct and mount for 1 and 2 readers):\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		// The kernel may ask for a range twice (served counts what the
+		// mount returned to it), never less than the readers read.
+		want := int64(r.Readers) * int64(o.Steps) * o.Size
+		if r.Files != r.Readers*o.Steps || r.ServedBytes < want || r.MBPerS <= 0 || r.P95Ms < r.P50Ms {
+			t.Errorf("%+v: want %d files, >= %d bytes served", r, r.Readers*o.Steps, want)
+		}
+		if float64(r.FetchedBytes) > 1.05*float64(want) {
+			t.Errorf("%+v: fetched %d bytes for %d read", r, r.FetchedBytes, want)
+		}
+		if r.System == "mount" && r.RSSMiB <= 0 {
+			t.Errorf("%+v: no RSS of the mount", r)
+		}
+	}
+}

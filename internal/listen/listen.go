@@ -1,0 +1,35 @@
+// Package listen opens the metrics listeners of the commands. An address
+// without a host (":9100", "9100") binds 127.0.0.1, not every interface:
+// metrics leave the machine only when the operator names a host
+// (0.0.0.0:9100 or an interface's address).
+package listen
+
+import (
+	"fmt"
+	"net"
+	"strings"
+)
+
+// Addr is addr with an empty host made 127.0.0.1.
+func Addr(addr string) (string, error) {
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("metrics address %q: want HOST:PORT (e.g. 127.0.0.1:9100): %w", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// TCP listens on Addr(addr).
+func TCP(addr string) (net.Listener, error) {
+	a, err := Addr(addr)
+	if err != nil {
+		return nil, err
+	}
+	return net.Listen("tcp", a)
+}

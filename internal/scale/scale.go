@@ -1,0 +1,732 @@
+// Package scale is the engine of `lakefs-produce bench scale`: it measures
+// what a stream costs as ranks, files and nodes grow. It builds a stream of
+// R ranks x F files x N steps with the real producer, pads its log to V
+// versions, copies it to the store under test, and reports:
+//
+//   - the log: bytes of a step's version record and of its share of a
+//     snapshot, the object and index bytes, the store writes per step;
+//   - a new reader: Open+Load time of the V-version log, and a real
+//     lakefs-mount's time to show the head;
+//   - one node: a lakefs-mount's peak RSS after reading one rank of every
+//     step, `ls` of a rank directory, and a `find` of one rank;
+//   - many nodes: store requests per second per mount of K idle mounts and
+//     of K mounts whose readers follow the head while a producer commits,
+//     counted by a proxy in front of the S3 endpoint (s3:// stores), and
+//     how soon a waiting reader sees each new step.
+//
+// Everything runs on loopback; every loop is bounded by the options.
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// Options configure Run. Zero fields take the defaults named.
+type Options struct {
+	// StoreURL is where each stream is built: a fresh prefix under it per
+	// rank count (file:///abs/dir or s3://bucket/prefix?endpoint=...).
+	StoreURL string
+	Ranks    []int // rank counts to measure (default 64, 1024)
+	Files    int   // files per rank per step (default 16)
+	FileSize int   // bytes per file (default 64)
+	Steps    int   // live steps N (default 100)
+	Versions int   // log length V (default 10,000; at least Steps+1)
+	// ReadRanks is how many ranks the one-node measurement reads, every
+	// file of ranks 0..ReadRanks-1 of every step in step order, as a node
+	// serving that many GPUs does (default 1).
+	ReadRanks int
+	// Mounts are the node counts K for the request-rate rows (default 10;
+	// none with an empty, non-nil slice).
+	Mounts []int
+	// Window is how long each request-rate row is measured (default 20s).
+	Window time.Duration
+	// MountBin is the lakefs-mount executable (default: next to this
+	// executable, else on PATH).
+	MountBin string
+	JSON     bool
+	Keep     bool // keep the streams
+	Logger   *slog.Logger
+}
+
+// Row is one line of output. Kind "stream" rows describe a stream and one
+// node reading it; "idle" and "follow" rows the request rates of K mounts.
+type Row struct {
+	Kind     string `json:"kind"`
+	Ranks    int    `json:"ranks"`
+	Files    int    `json:"files_per_rank"`
+	Steps    int    `json:"steps"`
+	Versions int    `json:"versions"`
+
+	RecordBytes   int     `json:"record_bytes,omitempty"`    // version record of one step
+	SnapshotBytes int     `json:"snapshot_bytes,omitempty"`  // a step's share of a snapshot
+	SnapshotTotal int     `json:"snapshot_total,omitempty"`  // the newest snapshot
+	ObjectBytes   int64   `json:"object_bytes,omitempty"`    // one step's data object
+	IndexBytes    int64   `json:"index_bytes,omitempty"`     // its index
+	WritesPerStep float64 `json:"writes_per_step,omitempty"` // PUTs + creates
+	LoadMs        float64 `json:"load_ms,omitempty"`         // Open + Load of the log
+	MountHeadMs   float64 `json:"mount_head_ms,omitempty"`   // lakefs-mount start -> head shown
+	MountRSSMiB   float64 `json:"mount_rss_mib,omitempty"`   // peak RSS after reading one rank
+	LsMsP50       float64 `json:"ls_ms_p50,omitempty"`       // ls of a rank directory, first time
+	LsMsMax       float64 `json:"ls_ms_max,omitempty"`       //
+	FindMs        float64 `json:"find_ms,omitempty"`         // find of one rank over all steps
+	ReadRanks     int     `json:"read_ranks,omitempty"`      // ranks read for the RSS figure
+	ReadMBytes    float64 `json:"read_mbytes,omitempty"`     // bytes read for the RSS figure
+
+	Mounts          int     `json:"mounts,omitempty"`
+	ReqPerSec       float64 `json:"requests_per_s_per_mount,omitempty"`
+	GetPerSec       float64 `json:"gets_per_s_per_mount,omitempty"`
+	SeenP50Ms       float64 `json:"seen_p50_ms,omitempty"` // commit -> a waiting reader has it
+	SeenMaxMs       float64 `json:"seen_max_ms,omitempty"`
+	RequestsCounted bool    `json:"requests_counted"`
+}
+
+func (o *Options) defaults() error {
+	if o.StoreURL == "" {
+		return errors.New("bench scale: no store URL")
+	}
+	if strings.HasPrefix(o.StoreURL, "mem://") {
+		return errors.New("bench scale: a mem:// store cannot be mounted by other processes; use file:// or s3://")
+	}
+	if len(o.Ranks) == 0 {
+		o.Ranks = []int{64, 1024}
+	}
+	if o.Files == 0 {
+		o.Files = 16
+	}
+	if o.FileSize == 0 {
+		o.FileSize = 64
+	}
+	if o.Steps == 0 {
+		o.Steps = 100
+	}
+	if o.ReadRanks == 0 {
+		o.ReadRanks = 1
+	}
+	if o.Versions == 0 {
+		o.Versions = 10_000
+	}
+	o.Versions = max(o.Versions, o.Steps+1)
+	if o.Mounts == nil {
+		o.Mounts = []int{10}
+	}
+	if o.Window == 0 {
+		o.Window = 20 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	for _, r := range o.Ranks {
+		if r < 1 || r > txn.MaxRanks {
+			return fmt.Errorf("bench scale: %d ranks out of range [1,%d]", r, txn.MaxRanks)
+		}
+	}
+	if o.Files < 1 || o.FileSize < 1 || o.Steps < 1 {
+		return errors.New("bench scale: files, file size and steps must be at least 1")
+	}
+	if o.MountBin == "" {
+		o.MountBin = findMountBin()
+	}
+	return nil
+}
+
+func findMountBin() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("lakefs-mount"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Run measures each rank count and prints a row per measurement.
+func Run(ctx context.Context, o Options, w io.Writer) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	if o.MountBin == "" {
+		return errors.New("bench scale: lakefs-mount not found next to this executable or on PATH; build it (make build) or pass --mount-bin")
+	}
+	out := newPrinter(w, o.JSON)
+	defer out.flush()
+	for _, r := range o.Ranks {
+		if err := runRanks(ctx, o, r, out); err != nil {
+			return fmt.Errorf("%d ranks: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// countingStore counts the writes a producer makes.
+type countingStore struct {
+	store.Store
+	writes atomic.Int64
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	c.writes.Add(1)
+	return c.Store.Put(ctx, key, r, size)
+}
+
+func (c *countingStore) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	c.writes.Add(1)
+	return c.Store.Create(ctx, key, r, size)
+}
+
+func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
+	run := fmt.Sprintf("scale-%d-%d", ranks, time.Now().UnixNano())
+	url, err := subURL(o.StoreURL, run)
+	if err != nil {
+		return err
+	}
+	dst, err := store.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer deleteAll(context.WithoutCancel(ctx), dst)
+	}
+	row := Row{Kind: "stream", Ranks: ranks, Files: o.Files, Steps: o.Steps, Versions: o.Versions}
+	// Build in memory with the real producer, then copy: the copy is
+	// the same objects a producer would have written, without paying the
+	// store's commit latency V times.
+	src := &countingStore{Store: store.NewMem()}
+	l, err := txn.Create(ctx, src, txn.CreateOptions{Ranks: ranks})
+	if err != nil {
+		return err
+	}
+	if err := produce(ctx, l, o, ranks, &row, src); err != nil {
+		return err
+	}
+	if err := copyAll(ctx, src, dst); err != nil {
+		return fmt.Errorf("copying the stream to the store: %w", err)
+	}
+
+	start := time.Now()
+	dl, err := txn.Open(ctx, dst)
+	if err != nil {
+		return err
+	}
+	st, err := dl.Load(ctx)
+	if err != nil {
+		return err
+	}
+	row.LoadMs = ms(time.Since(start))
+	if st.Version != uint64(o.Versions) {
+		return fmt.Errorf("log has %d versions, built %d", st.Version, o.Versions)
+	}
+	if err := measureMount(ctx, o, url, st, &row); err != nil {
+		return err
+	}
+	out.row(row)
+
+	for _, k := range o.Mounts {
+		for _, mode := range []string{"idle", "follow"} {
+			r, err := measureMounts(ctx, o, url, dl, k, mode)
+			if err != nil {
+				return fmt.Errorf("%d %s mounts: %w", k, mode, err)
+			}
+			r.Ranks, r.Files, r.Steps, r.Versions = ranks, o.Files, o.Steps, o.Versions
+			out.row(r)
+		}
+	}
+	return nil
+}
+
+// produce commits o.Steps TGBs of ranks x o.Files files, then pads the log
+// with checkpoint records to o.Versions versions.
+func produce(ctx context.Context, l *txn.Log, o Options, ranks int, row *Row, cs *countingStore) error {
+	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "scale", Logger: o.Logger})
+	if err != nil {
+		return err
+	}
+	data := make([]byte, o.FileSize)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	var writes int64
+	for s := range o.Steps {
+		b := txn.Batch{Name: fmt.Sprintf("b%08d", s), Cursor: fmt.Sprintf("b%08d", s), Ranks: make([][]txn.FileSource, ranks)}
+		for r := range b.Ranks {
+			fs := make([]txn.FileSource, o.Files)
+			for f := range fs {
+				fs[f] = txn.BytesFile(fmt.Sprintf("sample-%03d.bin", f), data)
+			}
+			b.Ranks[r] = fs
+		}
+		before := cs.writes.Load()
+		pd, err := p.Append(ctx, b)
+		if err != nil {
+			return err
+		}
+		// One step at a time, so that each version holds one TGB and the
+		// writes are counted per step.
+		if _, err := pd.Wait(ctx); err != nil {
+			return err
+		}
+		writes += cs.writes.Load() - before
+	}
+	if err := p.Close(ctx); err != nil {
+		return err
+	}
+	row.WritesPerStep = float64(writes) / float64(o.Steps)
+	st, err := l.Load(ctx)
+	if err != nil {
+		return err
+	}
+	rec, err := store.ReadAll(ctx, l.Store, txn.VersionKey(st.Version))
+	if err != nil {
+		return err
+	}
+	row.RecordBytes = len(rec)
+	t := st.Steps[len(st.Steps)-1]
+	share, _ := json.Marshal(t)
+	row.SnapshotBytes = len(share) + 1
+	row.ObjectBytes = t.Object.Size
+	row.IndexBytes = t.Object.Size - t.Object.Data
+	head, _ := st.Head()
+	for st.Version < uint64(o.Versions) {
+		if _, err := l.Commit(ctx, st, func(*txn.State) (*txn.Version, error) {
+			return &txn.Version{Checkpoints: []int64{head}}, nil
+		}, o.Logger); err != nil {
+			return err
+		}
+	}
+	var newest uint64
+	err = store.Walk(ctx, l.Store, txn.LogPrefix, "", func(i store.Info) error {
+		if strings.HasSuffix(i.Key, ".snap.json") {
+			if v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(i.Key, txn.LogPrefix), ".snap.json"), 10, 64); err == nil && v > newest {
+				newest, row.SnapshotTotal = v, int(i.Size)
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func copyAll(ctx context.Context, src, dst store.Store) error {
+	var keys []store.Info
+	if err := store.Walk(ctx, src, "", "", func(i store.Info) error { keys = append(keys, i); return nil }); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, k := range keys {
+		g.Go(func() error {
+			b, err := store.ReadAll(gctx, src, k.Key)
+			if err != nil {
+				return err
+			}
+			return store.PutBytes(gctx, dst, k.Key, b)
+		})
+	}
+	return g.Wait()
+}
+
+func deleteAll(ctx context.Context, s store.Store) {
+	var keys []string
+	_ = store.Walk(ctx, s, "", "", func(i store.Info) error { keys = append(keys, i.Key); return nil })
+	_ = s.Delete(ctx, keys...)
+}
+
+// subURL is base with run appended to its path (a directory for file://,
+// a key prefix for s3://).
+func subURL(base, run string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("bench scale: store URL: %w", err)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + run
+	return u.String(), nil
+}
+
+// mountProc is one lakefs-mount child process.
+type mountProc struct {
+	cmd    *exec.Cmd
+	dir    string
+	stderr *strings.Builder
+}
+
+func startMount(ctx context.Context, o Options, storeURL, node string, extra ...string) (*mountProc, error) {
+	dir, err := os.MkdirTemp("", "lakefs-scale-")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--store", storeURL, "--node-id", node, "--cache-size", "64MiB", "--wait", "30s"}, extra...)
+	args = append(args, dir)
+	cmd := exec.CommandContext(ctx, o.MountBin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	return &mountProc{cmd: cmd, dir: dir, stderr: &stderr}, nil
+}
+
+// waitHead waits until the mount shows head as its head.
+func (m *mountProc) waitHead(head int64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	want := strconv.FormatInt(head, 10)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(filepath.Join(m.dir, "head")); err == nil && strings.TrimSpace(string(b)) == want {
+			return nil
+		}
+		if m.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("mount at %s did not show head %s within %s: %s", m.dir, want, limit, m.stderr.String())
+}
+
+func (m *mountProc) stop() {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = m.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-done
+		_ = syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	}
+	os.Remove(m.dir)
+}
+
+// peakRSS is a process's VmHWM in MiB.
+func peakRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// measureMount starts one lakefs-mount (all ranks shown, default flags),
+// times it to the head, lists rank directories, finds one rank over every
+// step and reads every file of ReadRanks ranks, then takes its peak RSS.
+func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State, row *Row) error {
+	head, _ := st.Head()
+	start := time.Now()
+	m, err := startMount(ctx, o, storeURL, "scale-one")
+	if err != nil {
+		return err
+	}
+	defer m.stop()
+	if err := m.waitHead(head, 60*time.Second); err != nil {
+		return err
+	}
+	row.MountHeadMs = ms(time.Since(start))
+
+	// ls of a rank directory of steps nobody listed before.
+	var lss []float64
+	for i := range min(20, len(st.Steps)) {
+		n := st.Steps[len(st.Steps)-1-i].Step
+		t0 := time.Now()
+		if _, err := os.ReadDir(filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-1")); err != nil {
+			return err
+		}
+		lss = append(lss, ms(time.Since(t0)))
+	}
+	slices.Sort(lss)
+	row.LsMsP50, row.LsMsMax = lss[len(lss)/2], lss[len(lss)-1]
+
+	// find of one rank over every step.
+	t0 := time.Now()
+	var files int
+	for _, t := range st.Steps {
+		err := filepath.WalkDir(filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-0"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				files++
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	row.FindMs = ms(time.Since(t0))
+	if files != len(st.Steps)*o.Files {
+		return fmt.Errorf("find saw %d files of rank 0, want %d", files, len(st.Steps)*o.Files)
+	}
+	// Read every file of ranks 0..ReadRanks-1, step by step.
+	var n int64
+	for _, t := range st.Steps {
+		for r := range min(o.ReadRanks, row.Ranks) {
+			dir := filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					return err
+				}
+				n += int64(len(b))
+			}
+		}
+	}
+	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
+	row.MountRSSMiB = peakRSS(m.cmd.Process.Pid)
+	return nil
+}
+
+// countingProxy forwards to an S3 endpoint and counts requests.
+type countingProxy struct {
+	srv        *http.Server
+	addr       string
+	reqs, gets atomic.Int64
+}
+
+func startProxy(target *url.URL) (*countingProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &countingProxy{addr: ln.Addr().String()}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = nil
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.reqs.Add(1)
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			p.gets.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// viaProxy rewrites an s3:// URL's endpoint to the proxy's.
+func viaProxy(storeURL string) (string, *countingProxy, error) {
+	u, err := url.Parse(storeURL)
+	if err != nil || u.Scheme != "s3" {
+		return storeURL, nil, err
+	}
+	q := u.Query()
+	ep := q.Get("endpoint")
+	if ep == "" {
+		return storeURL, nil, nil
+	}
+	target, err := url.Parse(ep)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := startProxy(target)
+	if err != nil {
+		return "", nil, err
+	}
+	q.Set("endpoint", "http://"+p.addr)
+	u.RawQuery = q.Encode()
+	return u.String(), p, nil
+}
+
+// measureMounts runs k lakefs-mount processes for o.Window. idle: nobody
+// reads. follow: a producer commits a step every second, and a reader per
+// mount opens each new step's first file of rank 0 as soon as it can (a
+// --wait lookup), as a trainer at the head does.
+func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, k int, mode string) (Row, error) {
+	row := Row{Kind: mode, Mounts: k}
+	mountURL, proxy, err := viaProxy(storeURL)
+	if err != nil {
+		return row, err
+	}
+	if proxy != nil {
+		defer proxy.srv.Close()
+		row.RequestsCounted = true
+	}
+	st, err := l.Load(ctx)
+	if err != nil {
+		return row, err
+	}
+	head, _ := st.Head()
+	var mounts []*mountProc
+	defer func() {
+		var wg sync.WaitGroup
+		for _, m := range mounts {
+			wg.Go(m.stop)
+		}
+		wg.Wait()
+	}()
+	for i := range k {
+		m, err := startMount(ctx, o, mountURL, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
+		if err != nil {
+			return row, err
+		}
+		mounts = append(mounts, m)
+	}
+	for _, m := range mounts {
+		if err := m.waitHead(head, 120*time.Second); err != nil {
+			return row, err
+		}
+	}
+	// Settle: start-up reads (snapshot, versions, first heartbeat) are not
+	// the steady state.
+	time.Sleep(2 * time.Second)
+	var reqs0, gets0 int64
+	if proxy != nil {
+		reqs0, gets0 = proxy.reqs.Load(), proxy.gets.Load()
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.Window)
+	defer cancel()
+	var seen []float64
+	var seenMu sync.Mutex
+	g, gctx := errgroup.WithContext(wctx)
+	if mode == "follow" {
+		committed := make(map[int64]time.Time)
+		var cmu sync.Mutex
+		g.Go(func() error { return followProducer(gctx, l, o, committed, &cmu) })
+		for _, m := range mounts {
+			g.Go(func() error {
+				for n := head + 1; ; n++ {
+					f := filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
+					_, err := os.ReadFile(f)
+					if gctx.Err() != nil {
+						return nil
+					}
+					if err != nil {
+						return fmt.Errorf("reader of %s: %w", m.dir, err)
+					}
+					cmu.Lock()
+					at, ok := committed[n]
+					cmu.Unlock()
+					if ok {
+						seenMu.Lock()
+						seen = append(seen, ms(time.Since(at)))
+						seenMu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	<-wctx.Done()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return row, err
+	}
+	if proxy != nil {
+		secs := o.Window.Seconds() * float64(k)
+		row.ReqPerSec = float64(proxy.reqs.Load()-reqs0) / secs
+		row.GetPerSec = float64(proxy.gets.Load()-gets0) / secs
+	}
+	if len(seen) > 0 {
+		slices.Sort(seen)
+		row.SeenP50Ms, row.SeenMaxMs = seen[len(seen)/2], seen[len(seen)-1]
+	}
+	return row, nil
+}
+
+// followProducer commits one small step a second and records when each
+// became visible (its commit returned).
+func followProducer(ctx context.Context, l *txn.Log, o Options, committed map[int64]time.Time, mu *sync.Mutex) error {
+	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: fmt.Sprintf("scale-follow-%d", time.Now().UnixNano()), Logger: o.Logger})
+	if err != nil {
+		return nil // the window ended first
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	data := make([]byte, o.FileSize)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		b := txn.Batch{Ranks: make([][]txn.FileSource, l.Config.Ranks)}
+		for r := range b.Ranks {
+			b.Ranks[r] = []txn.FileSource{txn.BytesFile("sample-000.bin", data)}
+		}
+		pd, err := p.Append(ctx, b)
+		if err != nil {
+			return nil
+		}
+		step, err := pd.Wait(ctx)
+		if err != nil {
+			return nil
+		}
+		mu.Lock()
+		committed[step] = time.Now()
+		mu.Unlock()
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type printer struct {
+	json bool
+	w    io.Writer
+	tw   *tabwriter.Writer
+	hdr  map[string]bool
+}
+
+func newPrinter(w io.Writer, asJSON bool) *printer {
+	return &printer{json: asJSON, w: w, tw: tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight), hdr: map[string]bool{}}
+}
+
+func (p *printer) row(r Row) {
+	if p.json {
+		b, _ := json.Marshal(r)
+		fmt.Fprintln(p.w, string(b))
+		return
+	}
+	if r.Kind == "stream" {
+		if !p.hdr["stream"] {
+			fmt.Fprintln(p.tw, "ranks\tfiles/rank\tsteps\tversions\trecord B\tsnapshot B/step\tsnapshot B\tobject B\tindex B\twrites/step\tload ms\tmount head ms\tls ms p50/max\tfind ms\tmount RSS MiB (ranks read)\t")
+			p.hdr["stream"] = true
+		}
+		fmt.Fprintf(p.tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f/%.1f\t%.0f\t%.1f (%d)\t\n",
+			r.Ranks, r.Files, r.Steps, r.Versions, r.RecordBytes, r.SnapshotBytes, r.SnapshotTotal, r.ObjectBytes, r.IndexBytes,
+			r.WritesPerStep, r.LoadMs, r.MountHeadMs, r.LsMsP50, r.LsMsMax, r.FindMs, r.MountRSSMiB, r.ReadRanks)
+	} else {
+		if !p.hdr["mounts"] {
+			p.tw.Flush()
+			fmt.Fprintln(p.tw, "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tseen p50 ms\tseen max ms\t")
+			p.hdr["mounts"] = true
+		}
+		req, get := "n/a (file://)", "n/a"
+		if r.RequestsCounted {
+			req, get = fmt.Sprintf("%.3f", r.ReqPerSec), fmt.Sprintf("%.3f", r.GetPerSec)
+		}
+		fmt.Fprintf(p.tw, "%d\t%s\t%d\t%s\t%s\t%.0f\t%.0f\t\n", r.Ranks, r.Kind, r.Mounts, req, get, r.SeenP50Ms, r.SeenMaxMs)
+	}
+}
+
+func (p *printer) flush() { p.tw.Flush() }

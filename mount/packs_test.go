@@ -1,0 +1,122 @@
+package mount
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// rangeCounter counts ranged GETs; while failing is set they fail.
+type rangeCounter struct {
+	store.Store
+	gets    atomic.Int64
+	failing atomic.Bool
+}
+
+func (c *rangeCounter) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	c.gets.Add(1)
+	if c.failing.Load() {
+		return nil, store.ErrNotFound
+	}
+	return c.Store.GetRange(ctx, key, off, n)
+}
+
+// TestPackLoader: concurrent readers of one rank share one fetch; the
+// ranks after it are read ahead so a scan of one rank costs no round trip
+// per step; a failed fetch is not kept; reclaimed steps are let go.
+func TestPackLoader(t *testing.T) {
+	ctx := t.Context()
+	cs := &rangeCounter{Store: store.NewMem()}
+	l, err := txn.Create(ctx, cs, txn.CreateOptions{Ranks: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		b := txn.Batch{}
+		for r := range 4 {
+			b.Ranks = append(b.Ranks, []txn.FileSource{txn.BytesFile("f", []byte{byte(r)})})
+		}
+		pd, err := p.Append(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pd.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := newPackLoader(l, st.Step)
+
+	cs.gets.Store(0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			pk, err := pl.Pack(ctx, st.Steps[0], 2)
+			if err != nil || len(pk.Files) != 1 {
+				t.Errorf("pack %+v, err %v", pk, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Eight readers of step 0 rank 2: one GET (a small index is fetched
+	// whole); plus the read-ahead of steps 1..16, one GET each.
+	waitFor(t, func() bool { return cs.gets.Load() == 1+metaAhead })
+	time.Sleep(20 * time.Millisecond)
+	if g := cs.gets.Load(); g != 1+metaAhead {
+		t.Fatalf("%d GETs for 8 readers of one rank and its read-ahead, want %d", g, 1+metaAhead)
+	}
+	// The read-ahead steps are in memory: they need no store at all.
+	cs.failing.Store(true)
+	for s := 1; s <= metaAhead; s++ {
+		if _, err := pl.Pack(ctx, st.Steps[s], 2); err != nil {
+			t.Fatalf("step %d, read ahead: %v", s, err)
+		}
+	}
+	cs.failing.Store(false)
+	time.Sleep(50 * time.Millisecond) // let the failed read-ahead walk end
+
+	// A failure is returned, not kept.
+	cs.failing.Store(true)
+	if _, err := pl.Pack(ctx, st.Steps[39], 3); err == nil {
+		t.Fatal("a failing store gave a pack")
+	}
+	cs.failing.Store(false)
+	if pk, err := pl.Pack(ctx, st.Steps[39], 3); err != nil || pk.Files[0].Size != 1 {
+		t.Fatalf("after the store recovered: %+v, %v", pk, err)
+	}
+
+	pl.forgetBelow(30)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for n := range pl.steps {
+		if n < 30 {
+			t.Fatalf("step %d still held after reclaim below 30", n)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

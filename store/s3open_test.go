@@ -1,0 +1,47 @@
+package store_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/store"
+)
+
+// TestS3OpenMistakes: each ordinary mistake opening an S3 store is one line
+// naming the cause and the fix, classified, without the SDK's RequestID or
+// HostID trailer; a bad bucket name is refused before any request.
+func TestS3OpenMistakes(t *testing.T) {
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	cases := []struct {
+		name     string
+		env      map[string]string
+		url      string
+		sentinel error
+		says     string
+	}{
+		{"wrong access key", map[string]string{"AWS_ACCESS_KEY_ID": "nobody"}, srv.URL(bucket, "p"), store.ErrCredentials, "does not know the access key"},
+		{"wrong secret", map[string]string{"AWS_SECRET_ACCESS_KEY": "wrong"}, srv.URL(bucket, "p"), store.ErrCredentials, "secret key (AWS_SECRET_ACCESS_KEY) does not match"},
+		{"no credentials", map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true"}, srv.URL(bucket, "p"), store.ErrCredentials, "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
+		{"bucket name", nil, srv.URL("b", "p"), store.ErrInvalid, "bucket names are 3-63 characters"},
+		{"missing bucket", nil, srv.URL("no-such-bucket", "p"), store.ErrNotFound, "does not exist"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, err := store.Open(t.Context(), c.url)
+			if !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("%v; want %v saying %q", err, c.sentinel, c.says)
+			}
+			for _, noise := range []string{"RequestID", "HostID", "https", "\n"} {
+				if strings.Contains(err.Error(), noise) {
+					t.Fatalf("%q contains %q", err, noise)
+				}
+			}
+		})
+	}
+}
