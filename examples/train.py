@@ -53,10 +53,14 @@ class StepDataset(IterableDataset):
         # Opening the directory of a step not committed yet blocks in
         # lakefs-mount (--wait) until it is.
         d = os.path.join(self.a.mount, "steps", str(step), "rank-%d" % self.rank)
+        # With lakefs-mount --view-ranks each original rank's files are in a
+        # subdirectory of it, so walk the tree in name order.
         samples = []
-        for name in sorted(os.listdir(d)):
-            with open(os.path.join(d, name)) as f:
-                samples.extend(json.loads(line) for line in f)
+        for root, dirs, files in os.walk(d):
+            dirs.sort()
+            for name in sorted(files):
+                with open(os.path.join(root, name)) as f:
+                    samples.extend(json.loads(line) for line in f)
         return samples
 
     def __iter__(self):
