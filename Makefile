@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench bench-peers soak seaweedfs clean
+.PHONY: all build test lint fmt-check vet staticcheck unit tools demo example bench bench-peers soak seaweedfs clean
 
 all: build
 
@@ -37,6 +37,9 @@ unit: tools
 lint: fmt-check vet staticcheck
 
 test: lint unit
+
+example: build
+	./scripts/example.sh
 
 # The chaos run for SOAK (default 20m) of faults on versitygw, then on
 # SeaweedFS (built by scripts/seaweedfs.sh on first use, ~6 min); each prints
