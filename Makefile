@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench soak seaweedfs clean
+.PHONY: all build test lint fmt-check vet staticcheck unit tools demo bench bench-peers soak seaweedfs clean
 
 all: build
 
@@ -52,6 +52,17 @@ seaweedfs:
 
 demo: build
 	./scripts/demo.sh
+
+# The benchmark report (docs/bench/REPORT.md and its PNGs), <= 20 minutes
+# on a 2-core VM, loopback only. BENCH_FLAGS passes flags to the generator
+# (go run ./internal/benchreport/cmd -help), e.g. BENCH_FLAGS='-repeats 1'.
+bench: build tools bench-peers
+	$(GO) run ./internal/benchreport/cmd -out docs/bench $(BENCH_FLAGS)
+
+# The read peers the report compares with (Debian packages).
+bench-peers:
+	@command -v s3fs >/dev/null && command -v rclone >/dev/null || \
+		{ apt-get update && apt-get install -y s3fs rclone; }
 
 clean:
 	rm -rf bin

@@ -448,9 +448,9 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 			return false
 		}
 	}
+	krng := rand.New(rand.NewPCG(rng.Uint64(), 1)) // seeded here: rng is this goroutine's
 	go func() {
 		defer close(killerDone)
-		krng := rand.New(rand.NewPCG(rng.Uint64(), 1))
 		for !chaosOver() && ctx.Err() == nil {
 			time.Sleep(time.Second + time.Duration(krng.Int64N(int64(3*time.Second))))
 			prods[ids[krng.IntN(len(ids))]].kill()

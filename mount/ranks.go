@@ -9,6 +9,9 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
+// maxRank bounds rank numbers far above any stream's rank count.
+const maxRank = 1 << 24
+
 // ParseRanks parses a rank list like "0-3,8" into sorted, distinct ranks.
 func ParseRanks(s string) ([]int, error) {
 	bad := func(why string) error {
@@ -22,17 +25,21 @@ func ParseRanks(s string) ([]int, error) {
 		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, bad(fmt.Sprintf("has %q, not a rank number", part))
+		if err != nil || a < 0 || a > maxRank {
+			// The bound also keeps the loop below from overflowing (a rank
+			// of MaxInt looped forever, appending).
+			return nil, bad(fmt.Sprintf("has %q, not a rank number (0 to %d)", part, maxRank))
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b > maxRank {
 				return nil, bad(fmt.Sprintf("has %q, not a range low-high", part))
 			}
 		}
-		if b-a > 1<<16 {
-			return nil, bad("has a range longer than the largest stream")
+		if b-a > 1<<16 || len(ranks)+b-a > 1<<20 {
+			// Bounded before allocating: "0-65536,0-65536,..." must not
+			// take gigabytes.
+			return nil, bad("names more ranks than the largest stream")
 		}
 		for r := a; r <= b; r++ {
 			ranks = append(ranks, r)

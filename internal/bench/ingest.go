@@ -141,6 +141,9 @@ func (o *IngestOptions) defaults() error {
 		}
 	}
 	for _, s := range o.Strategies {
+		if isNATS(s) {
+			continue // a broker peer (nats.go), not a commit strategy
+		}
 		if _, err := newStrategy(s, o.DAC); err != nil {
 			return err
 		}
@@ -159,7 +162,7 @@ func Ingest(ctx context.Context, o IngestOptions, out io.Writer) error {
 	defer pr.flush()
 	stamp := time.Now().UTC().Format("20060102T150405") + "-" + randomHex(3)
 	for _, strategy := range o.Strategies {
-		if o.Versions > 0 && strategy == RawPut {
+		if o.Versions > 0 && (strategy == RawPut || isNATS(strategy)) {
 			o.Logger.Info("raw-put makes no versions; skipped in long-run mode")
 			continue
 		}
@@ -167,7 +170,11 @@ func Ingest(ctx context.Context, o IngestOptions, out io.Writer) error {
 			for _, payload := range o.Payloads {
 				name := fmt.Sprintf("bench-%s/%s-p%d-b%d", stamp, slug(strategy), n, payload)
 				c := combo{strategy: strategy, producers: n, payload: payload}
-				if err := runOne(ctx, &o, name, c, pr); err != nil {
+				run := func() error { return runOne(ctx, &o, name, c, pr) }
+				if isNATS(strategy) {
+					run = func() error { return runNATS(ctx, &o, c, pr) }
+				}
+				if err := run(); err != nil {
 					return fmt.Errorf("bench %s, %d producers, %d-byte payload: %w", strategy, n, payload, err)
 				}
 			}

@@ -1,0 +1,364 @@
+package benchreport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// read runs section 3: `bench read` (when this build has it) and the
+// read peers on the same versitygw.
+func (e *env) read(ctx context.Context, rep *Report) error {
+	o := e.o
+	sec := &Section{Title: "Read path"}
+	var rows []Row
+	var notes []string
+	hasRead := e.has(ctx, "read")
+	if hasRead {
+		for i := range o.Repeats {
+			bucket, err := e.newBucket(ctx, "read")
+			if err != nil {
+				return err
+			}
+			e.logf("bench read repeat %d/%d", i+1, o.Repeats)
+			t0 := time.Now()
+			got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"),
+				// The peers' data set: 4 ranks x 16 files x 4 MiB.
+				"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
+			for _, g := range got {
+				g["repeat"] = float64(i + 1)
+			}
+			rows = append(rows, got...)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("bench read, repeat %d: %v", i+1, err))
+				break
+			}
+			// The report's time budget holds at most about 3 minutes
+			// of bench read.
+			if took := time.Since(t0); took*time.Duration(i+2) > 3*time.Minute && i+1 < o.Repeats {
+				notes = append(notes, fmt.Sprintf("bench read took %s a run, so it ran %d time(s), not %d, to keep make bench within its budget", took.Round(time.Second), i+1, o.Repeats))
+				break
+			}
+		}
+	} else {
+		notes = append(notes, "`lakefs-produce bench read` does not exist in this build, so the lakefs-mount and direct rows of `bench read` are missing; the report picks them up once it lands.")
+	}
+	bucket, err := e.newBucket(ctx, "peers")
+	if err != nil {
+		return err
+	}
+	e.logf("read peers")
+	peers, err := ReadPeers(ctx, ReadPeerOptions{Server: e.s3, Bucket: bucket, Repeats: o.Repeats, Log: o.Log})
+	rows = append(rows, peers...)
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("read peers: %v", err))
+	}
+	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-produce bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
+	g := GroupRows(rows, "system", "readers")
+	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB"}}
+	fig := Figure{Title: "Read throughput, page cache dropped", XLabel: "readers", YLabel: "MB/s (median, min-max)"}
+	series := map[string]*Series{}
+	var order []string
+	for _, k := range g.Keys {
+		r := g.Rows[k]
+		sys := r.Str("system")
+		ratio := "n/a"
+		if f, s := g.Stat(k, "fetched_bytes"), g.Stat(k, "served_bytes"); f.Med > 0 && s.Med > 0 {
+			ratio = fmt.Sprintf("%.3f", f.Med/s.Med)
+		}
+		t.Rows = append(t.Rows, []string{sys, fmt.Sprint(r.Num("readers")), g.Stat(k, "mb_per_s").String(), g.Stat(k, "p50_ms").String(),
+			g.Stat(k, "p95_ms").String(), ratio, orNA(g.Stat(k, "rss_mib")), orNA(g.Stat(k, "cpu_s_per_gb"))})
+		if series[sys] == nil {
+			series[sys] = &Series{Name: sys}
+			order = append(order, sys)
+		}
+		s := series[sys]
+		s.X, s.Y = append(s.X, r.Num("readers")), append(s.Y, g.Stat(k, "mb_per_s"))
+	}
+	for _, n := range order {
+		fig.Series = append(fig.Series, *series[n])
+	}
+	sec.printf("%s\n", t.Markdown())
+	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: --steps 16 --ranks 4 --size 4MiB --readers 1,4 (the same shape)", o.Repeats)))
+	sec.figure("read-mbps.png", fig)
+	for _, n := range notes {
+		sec.printf("Note: %s\n\n", n)
+	}
+	rep.Notes = append(rep.Notes, notes...)
+	rep.Sections = append(rep.Sections, sec)
+
+	for _, readers := range []float64{1, 4} {
+		stat := func(sys string) Stat {
+			for _, k := range g.Keys {
+				if r := g.Rows[k]; r.Str("system") == sys && r.Num("readers") == readers {
+					return g.Stat(k, "mb_per_s")
+				}
+			}
+			return Stat{}
+		}
+		h := Headline{Figure: fmt.Sprintf("read MB/s, %v reader(s), through lakefs-mount", readers), Lakestream: stat("mount"),
+			Limit: stat("direct"), LimitName: "direct store reads", Unit: "MB/s"}
+		for _, p := range []string{PeerS3fs, PeerRclone} {
+			if s := stat(p); s.N > 0 && s.Med > h.Peer.Med {
+				h.Peer, h.PeerName = s, p
+			}
+		}
+		if h.Lakestream.N == 0 {
+			h.MissingComment = "no mount rows: `bench read` missing or failed"
+			if h.Peer.N > 0 {
+				h.MissingComment += fmt.Sprintf("; best peer %s %s MB/s", h.PeerName, h.Peer)
+			}
+		} else if h.Peer.N > 0 && h.Lakestream.Med < h.Peer.Med {
+			rep.Losses = append(rep.Losses, fmt.Sprintf("Reading with %v reader(s): lakefs-mount %s MB/s vs %s %s MB/s (%s).",
+				readers, num(h.Lakestream.Med), h.PeerName, num(h.Peer.Med), Ratio(h.Lakestream.Med, h.Peer.Med)))
+		}
+		rep.Summary = append(rep.Summary, h)
+	}
+	return nil
+}
+
+func orNA(s Stat) string {
+	if s.N == 0 || s.Med == 0 {
+		return "n/a"
+	}
+	return s.String()
+}
+
+// storage runs section 4a: a producer commits steps through the staging
+// tree with `run --once`, a checkpoint is recorded at the head and gc run
+// after every round, and the bytes under data/ and _log/ are measured; a
+// second stream gets the same batches and no checkpoints.
+func (e *env) storage(ctx context.Context, rep *Report) error {
+	const rounds, batches, fileSize = 20, 5, 256 << 10
+	ranks := e.o.Ranks
+	type point struct{ step, data, log float64 }
+	streams := []struct {
+		name       string
+		checkpoint bool
+		pts        []point
+	}{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
+	buf := make([]byte, fileSize)
+	for si := range streams {
+		s := &streams[si]
+		dir := filepath.Join(e.work, "storage", fmt.Sprint(si))
+		staging := filepath.Join(e.work, "staging", fmt.Sprint(si))
+		url := "file://" + dir
+		if err := e.cli(ctx, "init", "--store", url, "--ranks", fmt.Sprint(ranks)); err != nil {
+			return err
+		}
+		for round := range rounds {
+			for b := range batches {
+				bd := filepath.Join(staging, fmt.Sprintf("b%05d", round*batches+b))
+				for r := range ranks {
+					rd := filepath.Join(bd, fmt.Sprintf("rank-%d", r))
+					if err := os.MkdirAll(rd, 0o755); err != nil {
+						return err
+					}
+					if err := os.WriteFile(filepath.Join(rd, "sample.bin"), buf, 0o644); err != nil {
+						return err
+					}
+				}
+				if err := os.WriteFile(filepath.Join(bd, "_SEALED"), nil, 0o644); err != nil {
+					return err
+				}
+			}
+			if err := e.cli(ctx, "run", "--store", url, "--staging", staging, "--producer-id", "p1", "--once", "--progress", "log"); err != nil {
+				return err
+			}
+			head, err := e.head(ctx, url)
+			if err != nil {
+				return err
+			}
+			if s.checkpoint {
+				if err := e.cli(ctx, "checkpoint", "--store", url, "--step", fmt.Sprint(head)); err != nil {
+					return err
+				}
+				if err := e.cli(ctx, "gc", "--store", url, "--grace", "0s"); err != nil {
+					return err
+				}
+			}
+			s.pts = append(s.pts, point{step: float64(head), data: duBytes(filepath.Join(dir, "data")), log: duBytes(filepath.Join(dir, "_log"))})
+		}
+	}
+	sec := &Section{Title: "Storage over a checkpointed run"}
+	sec.printf("A producer commits %d steps per round through the staging tree (`run --once`), each of %d ranks x one %s file; after every round the checkpointed stream records a checkpoint at the head and runs `gc --grace 0s`, the other stream never does. Bytes are the sizes of the files under data/ and _log/ of the file:// store (one run: the figures are deterministic up to file-system rounding).\n\n",
+		batches, ranks, Bytes(fileSize))
+	t := Table{Header: []string{"step", "data/ checkpointed", "_log/ checkpointed", "data/ never checkpointed", "_log/ never checkpointed"}}
+	f := Figure{Title: "Bytes in the store vs step", XLabel: "step", YLabel: "MiB"}
+	for _, s := range streams {
+		d, l := Series{Name: "data/ " + s.name}, Series{Name: "_log/ " + s.name}
+		for _, p := range s.pts {
+			d.X, d.Y = append(d.X, p.step), append(d.Y, Summarize([]float64{p.data / (1 << 20)}))
+			l.X, l.Y = append(l.X, p.step), append(l.Y, Summarize([]float64{p.log / (1 << 20)}))
+		}
+		f.Series = append(f.Series, d, l)
+	}
+	for i := range streams[0].pts {
+		if i%4 != 3 && i != 0 {
+			continue
+		}
+		a, b := streams[0].pts[i], streams[1].pts[i]
+		t.Rows = append(t.Rows, []string{fmt.Sprint(a.step), Bytes(a.data), Bytes(a.log), Bytes(b.data), Bytes(b.log)})
+	}
+	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, rounds, batches, Bytes(fileSize))))
+	sec.figure("storage.png", f)
+	last := len(streams[0].pts) - 1
+	a, b := streams[0].pts[last], streams[1].pts[last]
+	rep.Summary = append(rep.Summary, Headline{
+		Figure:     fmt.Sprintf("store bytes (data/ + _log/) after %v steps, checkpointed", a.step+1),
+		Lakestream: Summarize([]float64{(a.data + a.log) / (1 << 20)}), Limit: Summarize([]float64{(b.data + b.log) / (1 << 20)}),
+		LimitName: "same stream never checkpointed", Unit: "MiB", LowerIsBetter: true,
+	})
+	rep.Sections = append(rep.Sections, sec)
+	return nil
+}
+
+// cli runs a lakefs-produce command that prints no rows.
+func (e *env) cli(ctx context.Context, args ...string) error {
+	_, err := e.bench(ctx, 2*time.Minute, args...)
+	return err
+}
+
+// head is the stream's head step.
+func (e *env) head(ctx context.Context, url string) (int64, error) {
+	cmd := exec.CommandContext(ctx, e.produce, "status", "--json", "--store", url)
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("status of %s: %w", url, err)
+	}
+	var st struct {
+		Head *int64 `json:"head"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Head == nil {
+		return 0, fmt.Errorf("status of %s: no head in %q", url, tail(string(out), 200))
+	}
+	return *st.Head, nil
+}
+
+// duBytes sums the sizes of the regular files under dir.
+func duBytes(dir string) float64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return float64(n)
+}
+
+// scale runs section 4b: `bench scale` with small parameters, when this
+// build has it.
+func (e *env) scale(ctx context.Context, rep *Report) error {
+	sec := &Section{Title: "Scale"}
+	rep.Sections = append(rep.Sections, sec)
+	if !e.has(ctx, "scale") {
+		msg := "`lakefs-produce bench scale` does not exist in this build; the scale figures are missing."
+		sec.printf("%s\n\n", msg)
+		rep.Notes = append(rep.Notes, msg)
+		return nil
+	}
+	bucket, err := e.newBucket(ctx, "scale")
+	if err != nil {
+		return err
+	}
+	params := []string{"--ranks", "16,256", "--files", "4", "--steps", "20", "--versions", "200", "--mounts", "1,4", "--window", "3s"}
+	rows, err := e.bench(ctx, 3*time.Minute, append([]string{"bench", "scale", "--json", "--store", e.s3.URL(bucket, "scale"),
+		"--mount-bin", filepath.Join(filepath.Dir(e.produce), "lakefs-mount")}, params...)...)
+	sec.printf("`lakefs-produce bench scale` (one run, its rows as printed; it counts store requests through a proxy in front of versitygw). Parameters: `%s`.\n\n", strings.Join(params, " "))
+	if err != nil {
+		sec.printf("Note: bench scale failed or was cut: %v\n\n", err)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("bench scale: %v", err))
+		if len(rows) == 0 {
+			return nil
+		}
+	}
+	// One table per kind of row, with the columns that kind fills.
+	kinds := map[string][]Row{}
+	var order []string
+	for _, r := range rows {
+		k := r.Str("kind")
+		if kinds[k] == nil {
+			order = append(order, k)
+		}
+		kinds[k] = append(kinds[k], r)
+	}
+	for _, k := range order {
+		var cols []string
+		seen := map[string]bool{"kind": true}
+		for _, r := range kinds[k] {
+			for _, c := range sortedKeys(r) {
+				if !seen[c] {
+					seen[c] = true
+					cols = append(cols, c)
+				}
+			}
+		}
+		t := Table{Header: cols}
+		for _, r := range kinds[k] {
+			var cells []string
+			for _, c := range cols {
+				switch v := r[c].(type) {
+				case float64:
+					cells = append(cells, num(v))
+				case nil:
+					cells = append(cells, "")
+				default:
+					cells = append(cells, fmt.Sprint(v))
+				}
+			}
+			t.Rows = append(t.Rows, cells)
+		}
+		sec.printf("### %s\n\n%s\n", k, t.Markdown())
+	}
+	sec.printf("%s", rep.Stamp(strings.Join(params, " ")))
+	figs := []struct{ file, title, x, y, metric string }{
+		{"scale-record-bytes.png", "Log bytes per step vs ranks", "ranks", "bytes", "record_bytes"},
+		{"scale-mount-rss.png", "lakefs-mount peak RSS vs ranks", "ranks", "MiB", "mount_rss_mib"},
+	}
+	for _, fd := range figs {
+		s := Series{Name: fd.metric}
+		for _, r := range rows {
+			if v, ok := r[fd.metric].(float64); ok && v > 0 {
+				s.X, s.Y = append(s.X, r.Num("ranks")), append(s.Y, Summarize([]float64{v}))
+			}
+		}
+		if len(s.X) > 0 {
+			sec.figure(fd.file, Figure{Title: fd.title, XLabel: fd.x, YLabel: fd.y, Series: []Series{s}})
+		}
+	}
+	return nil
+}
+
+func sortedKeys(r Row) []string {
+	// The scale rows' own order is lost in a map; a fixed order of the
+	// identifying fields first keeps the tables readable.
+	first := []string{"ranks", "files_per_rank", "steps", "versions", "mounts"}
+	var out []string
+	for _, k := range first {
+		if _, ok := r[k]; ok {
+			out = append(out, k)
+		}
+	}
+	var rest []string
+	for k := range r {
+		isFirst := false
+		for _, f := range first {
+			isFirst = isFirst || f == k
+		}
+		if !isFirst {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
+}
