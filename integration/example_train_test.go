@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,6 +179,13 @@ func TestExampleTraining(t *testing.T) {
 	}
 	t.Logf("lakestream: producer killed -9 and restarted; training never stopped, longest stall between steps %.2fs", stall)
 
+	// The same job restarted on half the GPUs: a second node's mount shows
+	// the 4-rank stream as 2 ranks (--view-ranks 2), and 2 ranks resume
+	// from a copy of the checkpoint. Together they read every sample of
+	// every step after it, each once. (Before the 4-rank restart: its
+	// later checkpoints let gc reclaim the steps this one reads.)
+	half := exHalfResume(t, mountBin, url, ckpt, dir, trainArgs)
+
 	job2 := exStart(t, mntPython, trainArgs...)
 	select {
 	case <-job2.done:
@@ -220,6 +228,7 @@ func TestExampleTraining(t *testing.T) {
 		t.Errorf("resumed job read steps %v, want exactly %d..%d", steps, resume, exSteps-1)
 	}
 	t.Logf("exact resume: restarted from checkpoint %d, read steps %d..%d, %d samples each once", resume, resume, exSteps-1, len(seen))
+	t.Logf("half-rank resume (--view-ranks 2, 2 ranks): restarted from checkpoint %d, read steps %d..%d, %d samples each once", half, half, exSteps-1, (exSteps-half)*exRanks*exPerRank)
 
 	all := append(first, rank0(job2)...)
 	mean := func(rs []exRecord) float64 {
@@ -278,4 +287,76 @@ func TestExampleColocatedWorkerKill(t *testing.T) {
 		t.Errorf("expected PyTorch's DataLoader worker error; output:\n%s", out[max(0, len(out)-3000):])
 	}
 	t.Logf("colocated baseline: kill -9 of one DataLoader worker killed the training job (%v)", job.err)
+}
+
+// exHalfResume restarts the training on 2 ranks, from a copy of the
+// checkpoint in ckpt, over a --view-ranks 2 mount of the stream, runs it
+// to the end and checks that it read every sample of every step after the
+// checkpoint exactly once (all 4 original ranks' samples, 2 ranks each
+// reading two). It returns the step it resumed from.
+func exHalfResume(t *testing.T, mountBin, url, ckpt, dir string, trainArgs []string) int64 {
+	t.Helper()
+	mnt2, ckpt2 := filepath.Join(dir, "mnt-half"), filepath.Join(dir, "ckpt-half")
+	if err := os.MkdirAll(mnt2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", ckpt, ckpt2).CombinedOutput(); err != nil {
+		t.Fatalf("copying the checkpoint: %v %s", err, out)
+	}
+	m := exStart(t, mountBin, "--store", url, "--wait", "2m", "--cache-size", "32MiB", "--view-ranks", "2", "--node-id", "half", mnt2)
+	defer exStopMount(m, mnt2)
+	mntWaitFor(t, 30*time.Second, "the half-rank mount", func() bool { _, err := os.Stat(filepath.Join(mnt2, "head")); return err == nil })
+	args := slices.Clone(trainArgs)
+	for i := range args {
+		switch {
+		case i > 0 && args[i-1] == "--mount":
+			args[i] = mnt2
+		case i > 0 && args[i-1] == "--ranks":
+			args[i] = "2"
+		case i > 0 && args[i-1] == "--ckpt-dir":
+			args[i] = ckpt2
+		case i > 0 && args[i-1] == "--port":
+			args[i] = fmt.Sprint(30000 + os.Getpid()%1000)
+		}
+	}
+	job := exStart(t, mntPython, args...)
+	select {
+	case <-job.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the half-rank training did not finish; output:\n%s", job.output())
+	}
+	if job.err != nil {
+		t.Fatalf("half-rank training: %v\n%s", job.err, job.output())
+	}
+	var resume int64 = -1
+	seen := map[int64]int{}
+	steps := map[int64]int{}
+	for _, r := range job.records(t) {
+		if r.ResumeFrom != nil {
+			resume = *r.ResumeFrom
+		}
+		if r.Rank != nil {
+			steps[r.Step]++
+			for _, id := range r.IDs {
+				seen[id]++
+			}
+		}
+	}
+	if resume < 8 {
+		t.Fatalf("half-rank job resumed from %d, want the checkpoint >= 8", resume)
+	}
+	for s := resume; s < exSteps; s++ {
+		if steps[s] != 2 {
+			t.Errorf("half-rank job: step %d read by %d ranks, want 2", s, steps[s])
+		}
+		for i := s * exRanks * exPerRank; i < (s+1)*exRanks*exPerRank; i++ {
+			if seen[i] != 1 {
+				t.Errorf("half-rank job: sample %d (step %d) read %d times, want once", i, s, seen[i])
+			}
+		}
+	}
+	if len(seen) != int((exSteps-resume)*exRanks*exPerRank) || len(steps) != int(exSteps-resume) {
+		t.Errorf("half-rank job read %d samples over steps %v, want exactly the %d of steps %d..%d", len(seen), steps, (exSteps-resume)*exRanks*exPerRank, resume, exSteps-1)
+	}
+	return resume
 }
