@@ -24,9 +24,15 @@ type Snapshot struct {
 // NewSnapshot copies what the view needs out of st (the TGBs themselves
 // are immutable and shared).
 func NewSnapshot(st *txn.State) *Snapshot {
+	t := st.Time
+	if t.IsZero() {
+		// Nothing committed yet: the view dates from the stream's creation,
+		// not from year 1.
+		t = st.Config.CreatedAt
+	}
 	return &Snapshot{
 		Version:   st.Version,
-		Time:      st.Time,
+		Time:      t,
 		FirstStep: st.Config.FirstStep,
 		LiveFrom:  st.LiveFrom,
 		Steps:     slices.Clone(st.Steps),

@@ -65,3 +65,20 @@ func TestMountPollsOnDemand(t *testing.T) {
 	before = polls()
 	mntWaitFor(t, 10*time.Second, "fast polling after a read at the head", func() bool { return polls() >= before+5 })
 }
+
+// TestMountEmptyStreamDates: a stream with no version at all shows an
+// empty head and steps/ dated from the stream's creation, not year 1.
+func TestMountEmptyStreamDates(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := mntNewStream(t, url, 2, 64<<10)
+	mnt, _ := mntMountInProcess(t, mount.Options{Store: url})
+	for _, name := range []string{"head", "steps", "."} {
+		fi, err := os.Stat(filepath.Join(mnt, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.ModTime().Equal(l.Config.CreatedAt) {
+			t.Fatalf("%s of an empty stream: mtime %v, want the stream's creation %v", name, fi.ModTime(), l.Config.CreatedAt)
+		}
+	}
+}

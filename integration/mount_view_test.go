@@ -31,6 +31,10 @@ func TestMountView(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(mnt, "head")); err != nil || len(b) != 0 {
 		t.Fatalf("head before any commit = %q, %v; want empty", b, err)
 	}
+	// ... dated from the stream (its creation or newest version), not year 1.
+	if fi, err := os.Stat(filepath.Join(mnt, "head")); err != nil || fi.ModTime().Before(l.Config.CreatedAt) {
+		t.Fatalf("head before any commit: mtime %v (%v), want no earlier than the stream's creation %v", fi.ModTime(), err, l.Config.CreatedAt)
+	}
 	steps := p.addN(t, 12)
 	mntWaitFor(t, 5*time.Second, "head to show step 11", func() bool {
 		b, _ := os.ReadFile(filepath.Join(mnt, "head"))
