@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // TestMountPollsOnDemand: a mount polls the log only as fast as its
@@ -80,5 +82,43 @@ func TestMountEmptyStreamDates(t *testing.T) {
 		if !fi.ModTime().Equal(l.Config.CreatedAt) {
 			t.Fatalf("%s of an empty stream: mtime %v, want the stream's creation %v", name, fi.ModTime(), l.Config.CreatedAt)
 		}
+	}
+}
+
+// TestMountOpenFileOutlivesReclaim: a file opened before its step is
+// reclaimed keeps reading its bytes (the objects stay for the grace
+// period), while the step leaves the view for new lookups.
+func TestMountOpenFileOutlivesReclaim(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := mntNewStream(t, url, 2, 64<<10)
+	p := mntNewProducer(t, l, "p1", 300<<10, 9)
+	p.addN(t, 4)
+	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 0, IdlePollInterval: 50 * time.Millisecond})
+	path := filepath.Join(mnt, "steps", "0", "rank-1", "sample-00.bin")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := t.Context()
+	for _, s := range []int64{1, 2} {
+		if _, err := txn.RecordCheckpoint(ctx, l, s, mntTestLogger(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: 10 * time.Minute, Force: true, Logger: mntTestLogger(t)})
+	if err != nil || rep.ReclaimedBelow != 2 {
+		t.Fatalf("gc: %+v, %v; want steps below 2 reclaimed", rep, err)
+	}
+	mntWaitFor(t, 10*time.Second, "step 0 to leave the view", func() bool {
+		_, err := os.Stat(filepath.Join(mnt, "steps", "0"))
+		return os.IsNotExist(err)
+	})
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatalf("reading a file opened before its step was reclaimed: %v", err)
+	}
+	if _, err := mntCheckContent(b, 1, "sample-00.bin"); err != nil {
+		t.Fatal(err)
 	}
 }
