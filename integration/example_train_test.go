@@ -195,20 +195,7 @@ func TestExampleTraining(t *testing.T) {
 	if job2.err != nil {
 		t.Fatalf("resumed training: %v\n%s", job2.err, job2.output())
 	}
-	var resume int64 = -1
-	seen := map[int64]int{}
-	steps := map[int64]int{}
-	for _, r := range job2.records(t) {
-		if r.ResumeFrom != nil {
-			resume = *r.ResumeFrom
-		}
-		if r.Rank != nil {
-			steps[r.Step]++
-			for _, id := range r.IDs {
-				seen[id]++
-			}
-		}
-	}
+	resume, steps, seen := exResumed(job2.records(t))
 	if resume < 8 {
 		t.Fatalf("resumed from %d, want the checkpoint >= 8", resume)
 	}
@@ -328,20 +315,7 @@ func exHalfResume(t *testing.T, mountBin, url, ckpt, dir string, trainArgs []str
 	if job.err != nil {
 		t.Fatalf("half-rank training: %v\n%s", job.err, job.output())
 	}
-	var resume int64 = -1
-	seen := map[int64]int{}
-	steps := map[int64]int{}
-	for _, r := range job.records(t) {
-		if r.ResumeFrom != nil {
-			resume = *r.ResumeFrom
-		}
-		if r.Rank != nil {
-			steps[r.Step]++
-			for _, id := range r.IDs {
-				seen[id]++
-			}
-		}
-	}
+	resume, steps, seen := exResumed(job.records(t))
 	if resume < 8 {
 		t.Fatalf("half-rank job resumed from %d, want the checkpoint >= 8", resume)
 	}
@@ -359,4 +333,23 @@ func exHalfResume(t *testing.T, mountBin, url, ckpt, dir string, trainArgs []str
 		t.Errorf("half-rank job read %d samples over steps %v, want exactly the %d of steps %d..%d", len(seen), steps, (exSteps-resume)*exRanks*exPerRank, resume, exSteps-1)
 	}
 	return resume
+}
+
+// exResumed reads a restarted job's records: the checkpoint it resumed
+// from (-1: none said), how many ranks read each step, and how many times
+// each sample id was read.
+func exResumed(recs []exRecord) (resume int64, steps, seen map[int64]int) {
+	resume, steps, seen = -1, map[int64]int{}, map[int64]int{}
+	for _, r := range recs {
+		if r.ResumeFrom != nil {
+			resume = *r.ResumeFrom
+		}
+		if r.Rank != nil {
+			steps[r.Step]++
+			for _, id := range r.IDs {
+				seen[id]++
+			}
+		}
+	}
+	return resume, steps, seen
 }

@@ -268,6 +268,28 @@ func (ix *objIndex) write(t *testing.T, l *Log, tgb *TGB, keepCRC bool) *TGB {
 	return &c
 }
 
+// rewriteTable edits the table of c's object in place, with its CRC (in
+// the returned reference) made right, so only the edit is wrong.
+func rewriteTable(t *testing.T, l *Log, c *TGB, edit func(*table)) *TGB {
+	t.Helper()
+	b, err := store.ReadAll(t.Context(), l.Store, c.Object.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := decodeTable(b[c.Object.Table:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(&tb)
+	tbb := tb.encode()
+	b = append(b[:c.Object.Table], tbb...)
+	if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
+		t.Fatal(err)
+	}
+	c.Object.Size, c.Object.TableCRC = int64(len(b)), CRC32C(tbb)
+	return c
+}
+
 // TestCorruptIndex: a damaged or hostile index is ErrCorrupt naming the
 // object, for the region asked for, before anything of a hostile size is
 // allocated; a reader never gets a file outside its region.
@@ -331,36 +353,10 @@ func TestCorruptIndex(t *testing.T) {
 			return nil
 		}, "1 ranks, stream has 2"},
 		{"region outside the data", 1, func(ix *objIndex) *TGB {
-			c := ix.write(t, l, good, false)
-			b, _ := store.ReadAll(t.Context(), l.Store, c.Object.Key)
-			tb, err := decodeTable(b[c.Object.Table:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb.Ranks[1].Size = 1 << 40
-			tbb := tb.encode()
-			b = append(b[:c.Object.Table], tbb...)
-			if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
-				t.Fatal(err)
-			}
-			c.Object.Size, c.Object.TableCRC = int64(len(b)), CRC32C(tbb)
-			return c
+			return rewriteTable(t, l, ix.write(t, l, good, false), func(tb *table) { tb.Ranks[1].Size = 1 << 40 })
 		}, "region 1"},
 		{"section of 1 GB", 0, func(ix *objIndex) *TGB {
-			c := ix.write(t, l, good, false)
-			b, _ := store.ReadAll(t.Context(), l.Store, c.Object.Key)
-			tb, err := decodeTable(b[c.Object.Table:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb.Ranks[0].Len = 1 << 30
-			tbb := tb.encode()
-			b = append(b[:c.Object.Table], tbb...)
-			if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
-				t.Fatal(err)
-			}
-			c.Object.Size, c.Object.TableCRC = int64(len(b)), CRC32C(tbb)
-			return c
+			return rewriteTable(t, l, ix.write(t, l, good, false), func(tb *table) { tb.Ranks[0].Len = 1 << 30 })
 		}, "section 0"},
 		{"truncated object", 0, func(ix *objIndex) *TGB {
 			if err := store.PutBytes(t.Context(), l.Store, good.Object.Key, pristine[:good.Object.Size-3]); err != nil {

@@ -105,7 +105,7 @@ func (o *ReadOptions) defaults() error {
 		}
 	}
 	if o.MountBin == "" {
-		o.MountBin = mountBin()
+		o.MountBin = MountBin()
 	}
 	if o.MountBin == "" {
 		return errors.New("bench read: lakefs-mount not found next to this executable or on PATH; build it (make build) or pass --mount-bin")
@@ -113,7 +113,9 @@ func (o *ReadOptions) defaults() error {
 	return nil
 }
 
-func mountBin() string {
+// MountBin finds the lakefs-mount executable: next to this executable,
+// else on PATH ("" when neither).
+func MountBin() string {
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
 		if _, err := os.Stat(p); err == nil {

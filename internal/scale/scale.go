@@ -42,6 +42,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakestream/lakestream/internal/bench"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -149,22 +150,9 @@ func (o *Options) defaults() error {
 		return errors.New("bench scale: files, file size and steps must be at least 1")
 	}
 	if o.MountBin == "" {
-		o.MountBin = findMountBin()
+		o.MountBin = bench.MountBin()
 	}
 	return nil
-}
-
-func findMountBin() string {
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("lakefs-mount"); err == nil {
-		return p
-	}
-	return ""
 }
 
 // Run measures each rank count and prints a row per measurement.
