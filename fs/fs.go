@@ -76,6 +76,10 @@ type Options struct {
 	Touch func(step int64, rank int)
 	// Served, if set, is called after bytes of a step were read.
 	Served func(step int64, n int)
+	// Awaited, if set, is called when a lookup asks for the step right
+	// after the head: a reader waiting for it has read what came before
+	// (a restarted trainer resumes there without reading anything else).
+	Awaited func(step int64)
 	// BlockSize is st_blksize of files: the I/O size tools should use.
 	BlockSize uint32
 	Logger    *slog.Logger
@@ -101,6 +105,7 @@ type Root struct {
 	wait    time.Duration
 	touch   func(int64, int)
 	servedf func(int64, int)
+	awaited func(int64)
 	blksize uint32
 	log     *slog.Logger
 
@@ -120,6 +125,7 @@ func New(o Options) *Root {
 		wait:    o.Wait,
 		touch:   o.Touch,
 		servedf: o.Served,
+		awaited: o.Awaited,
 		blksize: o.BlockSize,
 		log:     o.Logger,
 	}
@@ -386,6 +392,9 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	n, ok := parseStep(name)
 	if !ok {
 		return nil, syscall.ENOENT
+	}
+	if s.r.awaited != nil && n == s.r.view.Load().Next() {
+		s.r.awaited(n)
 	}
 	tgb, err := s.r.view.WaitStep(ctx, n, s.r.wait)
 	if err != nil {

@@ -122,3 +122,29 @@ func TestMountOpenFileOutlivesReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMountWaitingAtHeadIsAtHead: a node whose reader waits for the step
+// after the head (a trainer restarted at the head) reports the head as its
+// position although it has served nothing, so producers held by
+// --max-lead go on and commit the step it waits for (a restarted mount
+// used to count as "read nothing" and hold them back forever).
+func TestMountWaitingAtHeadIsAtHead(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := mntNewStream(t, url, 2, 64<<10)
+	p := mntNewProducer(t, l, "p1", 8<<10, 4)
+	p.addN(t, 3)
+	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, Wait: 30 * time.Second, HeartbeatInterval: 50 * time.Millisecond})
+	got := make(chan error, 1)
+	go func() {
+		_, err := os.ReadDir(filepath.Join(mnt, "steps", "3"))
+		got <- err
+	}()
+	mntWaitFor(t, 10*time.Second, "the waiting node's heartbeat at step 2", func() bool {
+		cons, err := txn.Consumers(t.Context(), l.Store)
+		return err == nil && len(cons) == 1 && cons[0].Step != nil && *cons[0].Step == 2
+	})
+	p.addN(t, 1)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

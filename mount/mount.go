@@ -282,6 +282,7 @@ func Run(ctx context.Context, o Options) error {
 		Wait:        o.Wait,
 		Touch:       m.prefetch.Touch,
 		Served:      m.served,
+		Awaited:     m.awaited,
 		BlockSize:   uint32(min(l.Config.ChunkSize, fs.MaxRead)),
 		Logger:      log,
 	})
@@ -432,6 +433,21 @@ func (m *mounted) served(n int64, _ int) {
 	}
 	if n >= m.view.Load().Next()-nearSteps {
 		m.view.Want() // a reader near the head: it will want the next step soon
+	}
+}
+
+// awaited records that a reader waits for step n, the one after the head:
+// its position is n-1 even if this mount has served it nothing (a trainer
+// restarted from a checkpoint at the head). Without it, a restarted node
+// waiting at the head would count as "read nothing" and hold producers
+// under --max-lead back forever, while they hold back the step it waits
+// for (found by the chaos test).
+func (m *mounted) awaited(n int64) {
+	for {
+		h := m.highest.Load()
+		if n-1 <= h || m.highest.CompareAndSwap(h, n-1) {
+			return
+		}
 	}
 }
 
