@@ -337,7 +337,7 @@ func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchF
 		return ReadRow{}, err
 	}
 	cpu := selfCPU() - cpu0 + procCPU(m.cmd.Process.Pid) - mcpu0
-	rss := peakRSS(m.cmd.Process.Pid)
+	rss := PeakRSS(m.cmd.Process.Pid)
 	fetched, served, err := m.counters(ctx)
 	if err != nil {
 		return ReadRow{}, err
@@ -417,8 +417,9 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(u+k) * 10 * time.Millisecond
 }
 
-// peakRSS is a process's VmHWM in MiB.
-func peakRSS(pid int) float64 {
+// PeakRSS is a process's peak resident memory (VmHWM) in MiB, 0 if
+// unknown.
+func PeakRSS(pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0

@@ -19,6 +19,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/lakestream/lakestream/internal/bench"
 )
 
 // ReadPeerOptions configure ReadPeers.
@@ -180,7 +182,7 @@ func readPass(ctx context.Context, o ReadPeerOptions, sys string, readers int, s
 		"fetched_bytes": 0.0, "served_bytes": float64(served), "file_bytes": float64(o.FileSize),
 	}
 	if proc != nil {
-		row["rss_mib"] = peakRSSMiB(proc.Pid)
+		row["rss_mib"] = bench.PeakRSS(proc.Pid)
 		row["cpu_s_per_gb"] = (cpuSeconds(proc) - cpu0) / (float64(served) / 1e9)
 	}
 	return row, nil
@@ -309,19 +311,4 @@ func cpuSeconds(p *os.Process) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	k, _ := strconv.ParseFloat(f[12], 64)
 	return (u + k) / 100
-}
-
-// peakRSSMiB is the high-water RSS of process pid (VmHWM).
-func peakRSSMiB(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }

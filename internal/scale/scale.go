@@ -412,21 +412,6 @@ func (m *mountProc) stop() {
 	os.Remove(m.dir)
 }
 
-// peakRSS is a process's VmHWM in MiB.
-func peakRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // measureMount starts one lakefs-mount (all ranks shown, default flags),
 // times it to the head, lists rank directories, finds one rank over every
 // step and reads every file of ReadRanks ranks, then takes its peak RSS.
@@ -493,7 +478,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 		}
 	}
 	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
-	row.MountRSSMiB = peakRSS(m.cmd.Process.Pid)
+	row.MountRSSMiB = bench.PeakRSS(m.cmd.Process.Pid)
 	return nil
 }
 
