@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 // ErrInUse: the mount point already has a live filesystem mounted on it.
@@ -134,11 +136,11 @@ func prepare(path string, log *slog.Logger, tries int) error {
 		}
 		return fmt.Errorf("mount point %s does not answer (a hung filesystem is mounted there); free it with: %s", path, hint)
 	case errors.Is(err, os.ErrNotExist):
-		return Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
+		return flagval.Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
 	case err != nil:
 		return fmt.Errorf("mount point %s: %w", path, err)
 	case !fi.IsDir():
-		return Usagef("mount point %s is not a directory", path)
+		return flagval.Usagef("mount point %s is not a directory", path)
 	}
 	m, ok, err := findMount(path)
 	if err != nil {
@@ -203,17 +205,17 @@ func abortConnection(dev uint64) error {
 func Abort(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return Usagef("mount point %q: %v", path, err)
+		return flagval.Usagef("mount point %q: %v", path, err)
 	}
 	m, ok, err := findMount(abs)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return Usagef("nothing is mounted on %s; nothing to abort", abs)
+		return flagval.Usagef("nothing is mounted on %s; nothing to abort", abs)
 	}
 	if !strings.HasPrefix(m.fstype, "fuse") {
-		return Usagef("%s has a %s filesystem mounted, not a FUSE one; refusing to touch it", abs, m.fstype)
+		return flagval.Usagef("%s has a %s filesystem mounted, not a FUSE one; refusing to touch it", abs, m.fstype)
 	}
 	dev, err := devNumber(m.dev)
 	if err != nil {
