@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/mount"
@@ -44,6 +45,10 @@ A hung mount (its process stopped or stuck; readers blocked in it) is freed
 with lakefs-mount --abort MOUNTPOINT: readers get an error (ENOTCONN) at
 once, the mount is detached, and the next lakefs-mount on MOUNTPOINT starts
 clean. Kill the hung process yourself (kill -9).
+
+A supervisor passes --ready-fd N (a pipe it opened as file descriptor N)
+and waits for the line written there once the view is served; the pipe
+closing without a line means lakefs-mount failed (its stderr says why).
 
 EXAMPLES:
    lakefs-mount --store file:///data/stream /mnt/stream
@@ -114,8 +119,25 @@ func flags() []cli.Flag {
 		}
 		fl = append(fl, &cli.StringFlag{Name: op.Name, EnvVars: envs, Value: op.Default, Usage: op.Usage, Hidden: op.Hidden})
 	}
-	return append(fl, &cli.BoolFlag{Name: "abort",
-		Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"})
+	return append(fl,
+		&cli.IntFlag{Name: "ready-fd", Value: -1,
+			Usage: "write one line to this file descriptor once the view is served (mounted, first state loaded; an empty stream too), then close it"},
+		&cli.BoolFlag{Name: "abort",
+			Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"})
+}
+
+// readyFD returns the Ready callback of --ready-fd fd.
+func readyFD(fd int) (func(mount.Info), error) {
+	var st unix.Stat_t
+	if fd < 0 || unix.Fstat(fd, &st) != nil {
+		return nil, flagval.Usagef("--ready-fd %d is not an open file descriptor; pass the number of one the parent opened for writing (e.g. 3)", fd)
+	}
+	f := os.NewFile(uintptr(fd), "ready-fd")
+	return func(mount.Info) {
+		// A supervisor that stopped listening must not stop the mount.
+		_, _ = f.WriteString("ready\n")
+		_ = f.Close()
+	}, nil
 }
 
 // parseOptions fills mount.Options from the flags; with --abort it frees
@@ -134,6 +156,11 @@ func parseOptions(cc *cli.Context, stderr io.Writer) (o mount.Options, abort boo
 			v = strconv.FormatBool(cc.Bool(op.Name))
 		}
 		if err := op.Set(&o, v); err != nil {
+			return o, false, err
+		}
+	}
+	if cc.IsSet("ready-fd") {
+		if o.Ready, err = readyFD(cc.Int("ready-fd")); err != nil {
 			return o, false, err
 		}
 	}
