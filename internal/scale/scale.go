@@ -29,20 +29,19 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -150,7 +149,7 @@ func (o *Options) defaults() error {
 		return errors.New("bench scale: files, file size and steps must be at least 1")
 	}
 	if o.MountBin == "" {
-		o.MountBin = bench.MountBin()
+		o.MountBin = proc.FindBin()
 	}
 	return nil
 }
@@ -356,76 +355,69 @@ func subURL(base, run string) (string, error) {
 	return u.String(), nil
 }
 
-// mountProc is one lakefs-mount child process.
-type mountProc struct {
-	cmd    *exec.Cmd
-	dir    string
-	stderr *strings.Builder
-}
+// mountProc is one lakefs-mount child process, served and ready.
+type mountProc struct{ *proc.Proc }
 
+// startMount starts lakefs-mount on a fresh directory and waits until it
+// serves the view (its state loaded: the head the caller committed).
 func startMount(ctx context.Context, o Options, storeURL, node string, extra ...string) (*mountProc, error) {
 	dir, err := os.MkdirTemp("", "lakefs-scale-")
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--store", storeURL, "--node-id", node, "--cache-size", "64MiB", "--wait", "30s"}, extra...)
-	args = append(args, dir)
-	cmd := exec.CommandContext(ctx, o.MountBin, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(ctx, proc.Config{Bin: o.MountBin, Args: append(args, dir)})
+	if err != nil {
 		os.Remove(dir)
 		return nil, err
 	}
-	return &mountProc{cmd: cmd, dir: dir, stderr: &stderr}, nil
-}
-
-// waitHead waits until the mount shows head as its head.
-func (m *mountProc) waitHead(head int64, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	want := strconv.FormatInt(head, 10)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(filepath.Join(m.dir, "head")); err == nil && strings.TrimSpace(string(b)) == want {
-			return nil
-		}
-		if m.cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fmt.Errorf("mount at %s did not show head %s within %s: %s", m.dir, want, limit, m.stderr.String())
+	return &mountProc{p}, nil
 }
 
 func (m *mountProc) stop() {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-done
-		_ = syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	_ = m.Stop()
+	os.Remove(m.Mountpoint())
+}
+
+// startMounts starts k mounts showing rank 0 in parallel and waits until
+// each serves the view; on an error it stops those that started.
+func startMounts(ctx context.Context, o Options, url, mode string, k int) ([]*mountProc, error) {
+	mounts := make([]*mountProc, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			mounts[i], errs[i] = startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
+		})
 	}
-	os.Remove(m.dir)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		stopMounts(mounts)
+		return nil, err
+	}
+	return mounts, nil
+}
+
+func stopMounts(mounts []*mountProc) {
+	var wg sync.WaitGroup
+	for _, m := range mounts {
+		if m != nil {
+			wg.Go(m.stop)
+		}
+	}
+	wg.Wait()
 }
 
 // measureMount starts one lakefs-mount (all ranks shown, default flags),
 // times it to the head, lists rank directories, finds one rank over every
 // step and reads every file of ReadRanks ranks, then takes its peak RSS.
 func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State, row *Row) error {
-	head, _ := st.Head()
 	start := time.Now()
 	m, err := startMount(ctx, o, storeURL, "scale-one")
 	if err != nil {
 		return err
 	}
 	defer m.stop()
-	if err := m.waitHead(head, 60*time.Second); err != nil {
-		return err
-	}
 	row.MountHeadMs = ms(time.Since(start))
 
 	// ls of a rank directory of steps nobody listed before.
@@ -433,7 +425,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	for i := range min(20, len(st.Steps)) {
 		n := st.Steps[len(st.Steps)-1-i].Step
 		t0 := time.Now()
-		if _, err := os.ReadDir(filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-1")); err != nil {
+		if _, err := os.ReadDir(filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-1")); err != nil {
 			return err
 		}
 		lss = append(lss, ms(time.Since(t0)))
@@ -445,7 +437,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	t0 := time.Now()
 	var files int
 	for _, t := range st.Steps {
-		err := filepath.WalkDir(filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-0"), func(p string, d os.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(t.Step, 10), "rank-0"), func(p string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				files++
 			}
@@ -463,7 +455,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	var n int64
 	for _, t := range st.Steps {
 		for r := range min(o.ReadRanks, row.Ranks) {
-			dir := filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
+			dir := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
 			ents, err := os.ReadDir(dir)
 			if err != nil {
 				return err
@@ -478,7 +470,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 		}
 	}
 	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
-	row.MountRSSMiB = bench.PeakRSS(m.cmd.Process.Pid)
+	row.MountRSSMiB = bench.PeakRSS(m.Pid())
 	return nil
 }
 
@@ -552,24 +544,9 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	}
 	head, _ := st.Head()
 	var mounts []*mountProc
-	defer func() {
-		var wg sync.WaitGroup
-		for _, m := range mounts {
-			wg.Go(m.stop)
-		}
-		wg.Wait()
-	}()
-	for i := range k {
-		m, err := startMount(ctx, o, mountURL, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
-		if err != nil {
-			return row, err
-		}
-		mounts = append(mounts, m)
-	}
-	for _, m := range mounts {
-		if err := m.waitHead(head, 120*time.Second); err != nil {
-			return row, err
-		}
+	defer func() { stopMounts(mounts) }()
+	if mounts, err = startMounts(ctx, o, mountURL, mode, k); err != nil {
+		return row, err
 	}
 	// Settle: start-up reads (snapshot, versions, first heartbeat) are not
 	// the steady state.
@@ -590,13 +567,13 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		for _, m := range mounts {
 			g.Go(func() error {
 				for n := head + 1; ; n++ {
-					f := filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
+					f := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
 					_, err := os.ReadFile(f)
 					if gctx.Err() != nil {
 						return nil
 					}
 					if err != nil {
-						return fmt.Errorf("reader of %s: %w", m.dir, err)
+						return fmt.Errorf("reader of %s: %w", m.Mountpoint(), err)
 					}
 					cmu.Lock()
 					at, ok := committed[n]
