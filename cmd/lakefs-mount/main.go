@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/mount"
 )
@@ -75,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Name:            "lakefs-mount",
 		Usage:           "mount a Lakestream stream read-only (FUSE)",
 		UsageText:       "lakefs-mount --store URL [options] MOUNTPOINT",
+		Version:         buildinfo.Version(),
 		Description:     description,
 		Flags:           flags(),
 		HideHelpCommand: true,
