@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/procstat"
 )
 
 // ReadPeerOptions configure ReadPeers.
@@ -138,8 +137,10 @@ func readPass(ctx context.Context, o ReadPeerOptions, sys string, readers int, s
 	default:
 		return nil, fmt.Errorf("unknown read peer %q", sys)
 	}
-	dropCaches()
-	cpu0 := cpuSeconds(proc)
+	// Without root the pass reads what the kernel kept; the report says
+	// how it was run.
+	_ = procstat.DropCaches()
+	cpu0 := cpuTime(proc)
 	start := time.Now()
 	var mu sync.Mutex
 	var lat []float64
@@ -182,8 +183,8 @@ func readPass(ctx context.Context, o ReadPeerOptions, sys string, readers int, s
 		"fetched_bytes": 0.0, "served_bytes": float64(served), "file_bytes": float64(o.FileSize),
 	}
 	if proc != nil {
-		row["rss_mib"] = bench.PeakRSS(proc.Pid)
-		row["cpu_s_per_gb"] = (cpuSeconds(proc) - cpu0) / (float64(served) / 1e9)
+		row["rss_mib"] = procstat.PeakRSS(proc.Pid)
+		row["cpu_s_per_gb"] = (cpuTime(proc) - cpu0).Seconds() / (float64(served) / 1e9)
 	}
 	return row, nil
 }
@@ -283,32 +284,11 @@ func (m *peerMount) unmount() {
 	_ = os.Remove(m.dir)
 }
 
-// dropCaches empties the page cache so that each pass reads from the
-// server (root only; without it the pass reads what the kernel kept).
-func dropCaches() {
-	syscall.Sync()
-	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200)
-}
-
-// cpuSeconds is the user+system CPU time of p (nil: this process).
-func cpuSeconds(p *os.Process) float64 {
+// cpuTime is the CPU time of the peer's mount process p (nil: this
+// process, which reads straight from S3).
+func cpuTime(p *os.Process) time.Duration {
 	if p == nil {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+		return procstat.SelfCPU()
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 12th and 13th, in clock ticks (100 per second on Linux).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	k, _ := strconv.ParseFloat(f[12], 64)
-	return (u + k) / 100
+	return procstat.CPU(p.Pid)
 }

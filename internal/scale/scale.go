@@ -43,6 +43,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -478,7 +479,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 		}
 	}
 	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
-	row.MountRSSMiB = bench.PeakRSS(m.cmd.Process.Pid)
+	row.MountRSSMiB = procstat.PeakRSS(m.cmd.Process.Pid)
 	return nil
 }
 
