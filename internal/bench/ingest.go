@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,7 +220,7 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 		t.store = s
 		t.clean = func(context.Context) error { return nil } // garbage once dropped
 	default:
-		u, dir, err := subURL(o.StoreURL, name)
+		u, err := store.SubURL(o.StoreURL, name)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +229,8 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 			return nil, err
 		}
 		t.url, t.store = u, s
-		if dir != "" {
+		if pu, err := url.Parse(u); err == nil && pu.Scheme == "file" {
+			dir := filepath.FromSlash(pu.Path)
 			// Faster than deleting object by object, and takes the
 			// directories and the store's temporary files with it.
 			t.clean = func(context.Context) error {
@@ -244,7 +246,7 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 	}
 	if t.clean == nil {
 		s := t.store
-		t.clean = func(ctx context.Context) error { return deleteAll(ctx, s) }
+		t.clean = func(ctx context.Context) error { return store.DeleteAll(ctx, s) }
 	}
 	return &t, nil
 }
@@ -257,26 +259,6 @@ func withLatency(s store.Store, d time.Duration) store.Store {
 	f := store.NewFaulty(s, 1)
 	f.Set(store.Fault{Latency: d})
 	return f
-}
-
-// deleteAll deletes every object of s, a page at a time.
-func deleteAll(ctx context.Context, s store.Store) error {
-	for {
-		objs, _, err := s.List(ctx, "", "", store.DefaultListLimit)
-		if err != nil {
-			return fmt.Errorf("listing the run's objects: %w", err)
-		}
-		if len(objs) == 0 {
-			return nil
-		}
-		keys := make([]string, len(objs))
-		for i, obj := range objs {
-			keys[i] = obj.Key
-		}
-		if err := s.Delete(ctx, keys...); err != nil {
-			return fmt.Errorf("deleting the run's objects: %w", err)
-		}
-	}
 }
 
 // runOne runs one combination on a fresh stream and prints its rows.

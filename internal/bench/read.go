@@ -134,7 +134,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	url, _, err := subURL(o.StoreURL, "bench-read-"+randomHex(6))
+	url, err := store.SubURL(o.StoreURL, "bench-read-"+randomHex(6))
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	}
 	if !o.Keep {
 		defer func() {
-			if err := deleteAll(context.WithoutCancel(ctx), s); err != nil {
+			if err := store.DeleteAll(context.WithoutCancel(ctx), s); err != nil {
 				o.Logger.Warn("bench read: cleaning up", "store", url, "err", err)
 			}
 		}()

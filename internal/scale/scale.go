@@ -192,7 +192,7 @@ func (c *countingStore) Create(ctx context.Context, key string, r io.Reader, siz
 
 func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 	run := fmt.Sprintf("scale-%d-%d", ranks, time.Now().UnixNano())
-	url, err := subURL(o.StoreURL, run)
+	url, err := store.SubURL(o.StoreURL, run)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,11 @@ func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 		return err
 	}
 	if !o.Keep {
-		defer deleteAll(context.WithoutCancel(ctx), dst)
+		defer func() {
+			if err := store.DeleteAll(context.WithoutCancel(ctx), dst); err != nil {
+				o.Logger.Warn("bench scale: cleaning up", "store", url, "err", err)
+			}
+		}()
 	}
 	row := Row{Kind: "stream", Ranks: ranks, Files: o.Files, Steps: o.Steps, Versions: o.Versions}
 	// Build in memory with the real producer, then copy: the copy is
@@ -338,23 +342,6 @@ func copyAll(ctx context.Context, src, dst store.Store) error {
 		})
 	}
 	return g.Wait()
-}
-
-func deleteAll(ctx context.Context, s store.Store) {
-	var keys []string
-	_ = store.Walk(ctx, s, "", "", func(i store.Info) error { keys = append(keys, i.Key); return nil })
-	_ = s.Delete(ctx, keys...)
-}
-
-// subURL is base with run appended to its path (a directory for file://,
-// a key prefix for s3://).
-func subURL(base, run string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", fmt.Errorf("bench scale: store URL: %w", err)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + run
-	return u.String(), nil
 }
 
 // mountProc is one lakefs-mount child process.
