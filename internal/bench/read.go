@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -416,7 +416,7 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 	}
 	args := []string{"--store", url, "--node-id", "bench-read"}
 	if addr == "" {
-		if addr, err = freePort(); err != nil {
+		if addr, err = listen.FreeAddr(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--metrics-addr", addr)
@@ -432,15 +432,6 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 		return nil, fmt.Errorf("starting %s: %w", o.MountBin, err)
 	}
 	return &mountProc{cmd: cmd, dir: dir, metrics: "http://" + addr + "/metrics", stderr: &stderr}, nil
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // waitHead waits until the mount shows head.

@@ -20,11 +20,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/lakestream/lakestream/internal/procstat"
+	"github.com/lakestream/lakestream/internal/s3test"
 )
 
 // ReadPeerOptions configure ReadPeers.
 type ReadPeerOptions struct {
-	Server   *S3Server
+	Server   *s3test.Server
 	Bucket   string
 	Ranks    int   // rank directories (default 4)
 	Files    int   // files per rank (default 16)
@@ -232,7 +233,7 @@ func mountPeer(ctx context.Context, o ReadPeerOptions, sys string) (*peerMount, 
 		}
 		cmd = exec.CommandContext(ctx, "s3fs", o.Bucket, dir, "-f",
 			"-o", "url="+o.Server.Endpoint, "-o", "use_path_request_style",
-			"-o", "passwd_file="+pw, "-o", "endpoint="+o.Server.Region, "-o", "ro")
+			"-o", "passwd_file="+pw, "-o", "endpoint="+s3test.Region, "-o", "ro")
 	case PeerRclone:
 		cmd = exec.CommandContext(ctx, "rclone", "mount", "peer:"+o.Bucket, dir, "--read-only", "--vfs-cache-mode", "off")
 		// rclone 1.60 cannot apply AWS_CA_BUNDLE to its transport and
@@ -248,7 +249,7 @@ func mountPeer(ctx context.Context, o ReadPeerOptions, sys string) (*peerMount, 
 			"RCLONE_CONFIG_PEER_ACCESS_KEY_ID="+o.Server.AccessKey,
 			"RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY="+o.Server.SecretKey,
 			"RCLONE_CONFIG_PEER_ENDPOINT="+o.Server.Endpoint,
-			"RCLONE_CONFIG_PEER_REGION="+o.Server.Region)
+			"RCLONE_CONFIG_PEER_REGION="+s3test.Region)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
