@@ -9,8 +9,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -548,7 +546,7 @@ func TestGCLog(t *testing.T) {
 			// An hour later: all but the newest snapshot and what follows it.
 			var newest uint64
 			for k := range logBefore {
-				if v, ok := gcSnapshotVersion(k); ok {
+				if v, ok := txn.ParseSnapshotKey(k); ok {
 					newest = max(newest, v)
 				}
 			}
@@ -557,7 +555,7 @@ func TestGCLog(t *testing.T) {
 			}
 			var want []string
 			for k := range logBefore {
-				if v, ok := gcSnapshotVersion(k); ok && v < newest {
+				if v, ok := txn.ParseSnapshotKey(k); ok && v < newest {
 					want = append(want, k)
 				} else if v, ok := txn.ParseVersionKey(k); ok && v <= newest {
 					want = append(want, k)
@@ -590,15 +588,6 @@ func TestGCLog(t *testing.T) {
 			gcExactlyOnce(t, fresh, gcCheck(t, fresh), "p", 65)
 		})
 	}
-}
-
-func gcSnapshotVersion(key string) (uint64, bool) {
-	num, ok := strings.CutSuffix(strings.TrimPrefix(key, txn.LogPrefix), ".snap.json")
-	v, err := strconv.ParseUint(num, 10, 64)
-	if !ok || err != nil || txn.SnapshotKey(v) != key {
-		return 0, false
-	}
-	return v, true
 }
 
 // TestGCRacesCommits: GC with no grace period, run again and again while a

@@ -315,10 +315,8 @@ func produce(ctx context.Context, l *txn.Log, o Options, ranks int, row *Row, cs
 	}
 	var newest uint64
 	err = store.Walk(ctx, l.Store, txn.LogPrefix, "", func(i store.Info) error {
-		if strings.HasSuffix(i.Key, ".snap.json") {
-			if v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(i.Key, txn.LogPrefix), ".snap.json"), 10, 64); err == nil && v > newest {
-				newest, row.SnapshotTotal = v, int(i.Size)
-			}
+		if v, ok := txn.ParseSnapshotKey(i.Key); ok && v > newest {
+			newest, row.SnapshotTotal = v, int(i.Size)
 		}
 		return nil
 	})
