@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lakestream/lakestream/store"
@@ -247,7 +245,7 @@ func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
 	}
 	var snaps, versions []obj
 	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
-		if v, ok := parseSnapshotKey(o.Key); ok {
+		if v, ok := ParseSnapshotKey(o.Key); ok {
 			snaps = append(snaps, obj{v, o.Key, o.ModTime})
 		} else if v, ok := ParseVersionKey(o.Key); ok {
 			versions = append(versions, obj{v, o.Key, o.ModTime})
@@ -312,15 +310,13 @@ func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]strin
 }
 
 func orphanable(st *State, key string) bool {
-	parts := strings.Split(strings.TrimPrefix(key, DataPrefix), "/")
-	if len(parts) != 4 {
+	producer, epoch, seq, ok := ParseDataKey(key)
+	if !ok {
 		return true // not a pack this system writes
 	}
-	epoch, err1 := strconv.ParseUint(parts[1], 10, 64)
-	seq, err2 := strconv.ParseUint(parts[2], 10, 64)
-	p := st.Producers[parts[0]]
-	if err1 != nil || err2 != nil || p == nil {
-		return p == nil
+	p := st.Producers[producer]
+	if p == nil {
+		return true
 	}
 	return epoch < p.Epoch || seq <= p.Seq
 }

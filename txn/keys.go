@@ -47,6 +47,3 @@ func ParseDataKey(key string) (producer string, epoch, seq uint64, ok bool) {
 	}
 	return parts[0], epoch, seq, true
 }
-
-// parseSnapshotKey is ParseSnapshotKey under the name gc.go calls.
-func parseSnapshotKey(key string) (uint64, bool) { return ParseSnapshotKey(key) }
