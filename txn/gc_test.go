@@ -16,6 +16,7 @@ import (
 
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // gcGrace is the grace period the GC tests run with; the clock (GCOptions.Now)
@@ -506,22 +507,7 @@ func TestGCLog(t *testing.T) {
 			ctx := t.Context()
 			s := open(t)
 			l := newLog(t, s, txn.CreateOptions{Ranks: 1, ChunkSize: 4096, SnapshotEvery: 10, RetainCheckpoints: 2})
-			p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive"), Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for seq := uint64(1); seq <= 55; seq++ { // one version each
-				pd, err := p.Append(ctx, batchFor("p", seq, 1))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := pd.Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := p.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
+			txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 55, 1)...) // one version each
 			gcCheckpoints(t, l, 20, 40)
 			gcRun(t, l, gcAt(gcGrace+time.Minute)) // reclaim below 21 and purge
 			gcProduce(t, l, "p", 7)
@@ -731,22 +717,8 @@ func TestGCLogConcurrentLoadStaleHint(t *testing.T) {
 	ctx := t.Context()
 	mem := store.NewMem()
 	l := newLog(t, mem, txn.CreateOptions{Ranks: 1, ChunkSize: 4096, SnapshotEvery: 10})
-	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive"), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(1); seq <= 35; seq++ { // versions 1-36, snapshots 10, 20, 30
-		pd, err := p.Append(ctx, batchFor("p", seq, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pd.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// Versions 1-36, snapshots 10, 20, 30.
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 35, 1)...)
 	head := gcLoad(t, l).Version
 	if err := store.PutBytes(ctx, mem, txn.HintKey, []byte("20\n")); err != nil {
 		t.Fatal(err)
