@@ -261,7 +261,10 @@ func withLatency(s store.Store, d time.Duration) store.Store {
 	return f
 }
 
-// runOne runs one combination on a fresh stream and prints its rows.
+// runOne runs one combination on a fresh stream and prints its rows: the
+// workers start, register, are released together, and are measured for
+// o.Duration or, with o.Versions, window by window until the log is that
+// long.
 func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *printer) (err error) {
 	t, err := openTarget(ctx, o, name)
 	if err != nil {
@@ -289,73 +292,70 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := newRecorder(o.Versions)
-	f := &fleet{start: make(chan struct{}), stop: make(chan struct{}), ready: make(chan struct{}, c.producers), errs: make(chan error, c.producers)}
-	for i := range c.producers {
-		sp := spec{
-			StoreURL: t.url, StoreLatency: o.StoreLatency,
-			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
-			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
-		}
-		if o.Processes {
-			f.spawn(rctx, o, sp, rec)
-		} else {
-			f.goroutine(rctx, s, l, sp, rec, o.Logger)
-		}
-	}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(f.stop)
-		}
-	}
+	f := startFleet(rctx, o, c, t.url, s, l, rec)
 	// Whatever happens, stop the workers and wait for them before the
 	// store is cleaned up.
 	defer func() {
-		halt()
+		f.halt()
 		cancelLater := time.AfterFunc(o.Drain+time.Minute, cancel)
 		defer cancelLater.Stop()
 		if werr := f.wait(); werr != nil && err == nil {
 			err = werr
 		}
 	}()
-
 	// All producers are registered before the clock starts: registration
 	// is a commit too, and it is not what is measured.
-	for range c.producers {
-		select {
-		case <-f.ready:
-		case err := <-f.errs:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := f.registered(ctx, c.producers); err != nil {
+		return err
 	}
 	start := time.Now()
 	rec.begin(start, o.Versions == 0, o.Duration)
 	close(f.start)
 	row := func(w window) Row { return w.row(c, o) }
-
 	if o.Versions == 0 {
-		timer := time.NewTimer(o.Duration)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case err := <-f.errs:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		halt()
-		pr.print(row(rec.cut(start.Add(o.Duration))))
-		return nil
+		return shortRun(ctx, o, rec, f, pr, row, start)
 	}
-	return longRun(ctx, o, l, rec, f, pr, row, halt)
+	return longRun(ctx, o, l, rec, f, pr, row)
+}
+
+// startFleet starts c.producers workers, as processes or goroutines,
+// waiting for f.start.
+func startFleet(ctx context.Context, o *IngestOptions, c combo, url string, s store.Store, l *txn.Log, rec *recorder) *fleet {
+	f := &fleet{start: make(chan struct{}), stop: make(chan struct{}), ready: make(chan struct{}, c.producers), errs: make(chan error, c.producers)}
+	for i := range c.producers {
+		sp := spec{
+			StoreURL: url, StoreLatency: o.StoreLatency,
+			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
+			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
+		}
+		if o.Processes {
+			f.spawn(ctx, o, sp, rec)
+		} else {
+			f.goroutine(ctx, s, l, sp, rec, o.Logger)
+		}
+	}
+	return f
+}
+
+// shortRun prints one row for the o.Duration after start.
+func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr *printer, row func(window) Row, start time.Time) error {
+	timer := time.NewTimer(o.Duration)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case err := <-f.errs:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.halt()
+	pr.print(row(rec.cut(start.Add(o.Duration))))
+	return nil
 }
 
 // longRun prints a row per window until the log reaches o.Versions
 // versions, checkpointing and collecting garbage after every window.
-func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f *fleet, pr *printer, row func(window) Row, halt func()) error {
+func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f *fleet, pr *printer, row func(window) Row) error {
 	ticker := time.NewTicker(o.Duration)
 	defer ticker.Stop()
 	var admin sync.WaitGroup
@@ -374,7 +374,7 @@ func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f
 			return ctx.Err()
 		}
 		if done {
-			halt()
+			f.halt()
 		}
 		pr.print(row(rec.cut(time.Now())))
 		if done {
@@ -422,6 +422,24 @@ type fleet struct {
 	ready       chan struct{} // one send per worker, once registered
 	errs        chan error    // buffered; a worker's failure
 	wg          sync.WaitGroup
+	halted      sync.Once // closes stop
+}
+
+// halt tells every worker to stop (once; later calls do nothing).
+func (f *fleet) halt() { f.halted.Do(func() { close(f.stop) }) }
+
+// registered waits until n workers have registered, or one failed.
+func (f *fleet) registered(ctx context.Context, n int) error {
+	for range n {
+		select {
+		case <-f.ready:
+		case err := <-f.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // goroutine starts one in-process worker.

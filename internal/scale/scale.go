@@ -537,25 +537,10 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		return row, err
 	}
 	head, _ := st.Head()
-	var mounts []*mountProc
-	defer func() {
-		var wg sync.WaitGroup
-		for _, m := range mounts {
-			wg.Go(m.stop)
-		}
-		wg.Wait()
-	}()
-	for i := range k {
-		m, err := startMount(ctx, o, mountURL, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
-		if err != nil {
-			return row, err
-		}
-		mounts = append(mounts, m)
-	}
-	for _, m := range mounts {
-		if err := m.waitHead(head, 120*time.Second); err != nil {
-			return row, err
-		}
+	mounts, err := startMounts(ctx, o, mountURL, mode, k, head)
+	defer stopMounts(mounts)
+	if err != nil {
+		return row, err
 	}
 	// Settle: start-up reads (snapshot, versions, first heartbeat) are not
 	// the steady state.
@@ -564,40 +549,8 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	if proxy != nil {
 		reqs0, gets0 = proxy.reqs.Load(), proxy.gets.Load()
 	}
-	wctx, cancel := context.WithTimeout(ctx, o.Window)
-	defer cancel()
-	var seen []float64
-	var seenMu sync.Mutex
-	g, gctx := errgroup.WithContext(wctx)
-	if mode == "follow" {
-		committed := make(map[int64]time.Time)
-		var cmu sync.Mutex
-		g.Go(func() error { return followProducer(gctx, l, o, committed, &cmu) })
-		for _, m := range mounts {
-			g.Go(func() error {
-				for n := head + 1; ; n++ {
-					f := filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
-					_, err := os.ReadFile(f)
-					if gctx.Err() != nil {
-						return nil
-					}
-					if err != nil {
-						return fmt.Errorf("reader of %s: %w", m.dir, err)
-					}
-					cmu.Lock()
-					at, ok := committed[n]
-					cmu.Unlock()
-					if ok {
-						seenMu.Lock()
-						seen = append(seen, ms(time.Since(at)))
-						seenMu.Unlock()
-					}
-				}
-			})
-		}
-	}
-	<-wctx.Done()
-	if err := g.Wait(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	seen, err := runWindow(ctx, o, l, mounts, head, mode)
+	if err != nil {
 		return row, err
 	}
 	if proxy != nil {
@@ -610,6 +563,85 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		row.SeenP50Ms, row.SeenMaxMs = seen[len(seen)/2], seen[len(seen)-1]
 	}
 	return row, nil
+}
+
+// startMounts starts k mounts of rank 0 and waits until each shows head.
+// The mounts it returns, even with an error, are for stopMounts.
+func startMounts(ctx context.Context, o Options, url, mode string, k int, head int64) ([]*mountProc, error) {
+	var mounts []*mountProc
+	for i := range k {
+		m, err := startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
+		if err != nil {
+			return mounts, err
+		}
+		mounts = append(mounts, m)
+	}
+	for _, m := range mounts {
+		if err := m.waitHead(head, 120*time.Second); err != nil {
+			return mounts, err
+		}
+	}
+	return mounts, nil
+}
+
+func stopMounts(mounts []*mountProc) {
+	var wg sync.WaitGroup
+	for _, m := range mounts {
+		wg.Go(m.stop)
+	}
+	wg.Wait()
+}
+
+// runWindow lets o.Window pass. In follow mode a producer commits and a
+// reader per mount follows the head; it returns how long after each
+// commit a reader saw the step, in ms.
+func runWindow(ctx context.Context, o Options, l *txn.Log, mounts []*mountProc, head int64, mode string) ([]float64, error) {
+	wctx, cancel := context.WithTimeout(ctx, o.Window)
+	defer cancel()
+	var seen []float64
+	var seenMu sync.Mutex
+	g, gctx := errgroup.WithContext(wctx)
+	if mode == "follow" {
+		committed := make(map[int64]time.Time)
+		var cmu sync.Mutex
+		g.Go(func() error { return followProducer(gctx, l, o, committed, &cmu) })
+		for _, m := range mounts {
+			g.Go(func() error {
+				return followReader(gctx, m, head, func(n int64) {
+					cmu.Lock()
+					at, ok := committed[n]
+					cmu.Unlock()
+					if ok {
+						seenMu.Lock()
+						seen = append(seen, ms(time.Since(at)))
+						seenMu.Unlock()
+					}
+				})
+			})
+		}
+	}
+	<-wctx.Done()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return nil, err
+	}
+	return seen, nil
+}
+
+// followReader opens each step's first file of rank 0 after head as soon
+// as the mount shows it (a --wait lookup), as a trainer at the head does,
+// and calls saw with the step; it returns nil when ctx ends.
+func followReader(ctx context.Context, m *mountProc, head int64, saw func(step int64)) error {
+	for n := head + 1; ; n++ {
+		f := filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
+		_, err := os.ReadFile(f)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reader of %s: %w", m.dir, err)
+		}
+		saw(n)
+	}
 }
 
 // followProducer commits one small step a second and records when each
