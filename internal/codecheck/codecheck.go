@@ -7,7 +7,10 @@
 //   - UnknownTests: a document naming a Test, Benchmark or Fuzz function that
 //     no _test.go file declares (a guarantee whose named proof is gone is an
 //     unproven guarantee);
-//   - LongFuncs: a non-test function longer than MaxFuncLines.
+//   - LongFuncs: a non-test function longer than MaxFuncLines;
+//   - Layering: an import that goes up the package floors (cmd -> csi,
+//     mount -> fs -> cache, stage -> txn -> store) or sideways, or
+//     production code importing benchmark or test machinery.
 //
 // Each check takes the repository root and returns its findings, one line
 // each naming the file and the fix, so the tests can run them on a planted
@@ -287,4 +290,106 @@ func Root(dir string) (string, error) {
 			return "", fmt.Errorf("codecheck: no go.mod above %s", dir)
 		}
 	}
+}
+
+// Layers is the import rule of the repository's packages. Directories are
+// relative to the module root; a package belongs to the floor of its
+// longest listed directory prefix, and packages on no floor (internal/,
+// integration/) are not judged as importers.
+type Layers struct {
+	// Floors maps a directory to its floor: a package may import packages
+	// on lower floors only.
+	Floors map[string]int
+	// Sideways lists "from->to" pairs of directories on one floor that
+	// may import each other's packages anyway.
+	Sideways map[string]bool
+	// Private lists directories that no package on a floor below
+	// PrivateAbove may import (benchmark and test machinery).
+	Private      []string
+	PrivateAbove int
+}
+
+// floorOf returns the floor of dir and the listed directory it falls in.
+func (ls Layers) floorOf(dir string) (int, string, bool) {
+	best := ""
+	for d := range ls.Floors {
+		if (dir == d || strings.HasPrefix(dir, d+"/")) && len(d) > len(best) {
+			best = d
+		}
+	}
+	if best == "" {
+		return 0, "", false
+	}
+	return ls.Floors[best], best, true
+}
+
+// Layering returns one finding per import in a non-test .go file under
+// root that breaks ls.
+func Layering(root string, ls Layers) ([]string, error) {
+	mod, err := modulePath(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = walk(root, ".go", func(rel string) error {
+		if strings.HasSuffix(rel, "_test.go") || strings.Contains("/"+rel, "/testdata/") {
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		floor, top, ok := ls.floorOf(dir)
+		if !ok {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, filepath.Join(root, rel), nil, parser.ImportsOnly)
+		if err != nil {
+			return fmt.Errorf("codecheck: %w", err)
+		}
+		for _, im := range f.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			to, ok := strings.CutPrefix(path, mod+"/")
+			if !ok {
+				continue
+			}
+			if msg := ls.judge(dir, floor, top, to); msg != "" {
+				out = append(out, fmt.Sprintf("%s:%d: %s", rel, fset.Position(im.Pos()).Line, msg))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// judge returns why package dir (on floor, in listed directory top) may not
+// import package to, or "".
+func (ls Layers) judge(dir string, floor int, top, to string) string {
+	for _, p := range ls.Private {
+		if floor < ls.PrivateAbove && (to == p || strings.HasPrefix(to, p+"/")) {
+			return fmt.Sprintf("%s imports %s, benchmark or test machinery that production packages must not carry", dir, to)
+		}
+	}
+	tf, ttop, ok := ls.floorOf(to)
+	switch {
+	case !ok || ttop == top:
+		return ""
+	case tf > floor:
+		return fmt.Sprintf("%s (floor %d) imports %s (floor %d): imports go down the floors; move the shared part down", dir, floor, to, tf)
+	case tf == floor && !ls.Sideways[top+"->"+ttop]:
+		return fmt.Sprintf("%s imports %s on its own floor (%d): siblings stay independent; move the shared part down", dir, to, tf)
+	}
+	return ""
+}
+
+// modulePath reads the module path from root's go.mod.
+func modulePath(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("codecheck: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(m), `"`), nil
+		}
+	}
+	return "", fmt.Errorf("codecheck: no module line in %s", filepath.Join(root, "go.mod"))
 }

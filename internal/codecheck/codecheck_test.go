@@ -25,6 +25,22 @@ var longFuncExceptions = map[string]int{
 	"txn.GC":                                   125,
 }
 
+// layers is the repository's import rule (docs/ARCHITECTURE.md, packages
+// and layering).
+var layers = Layers{
+	Floors: map[string]int{
+		"store": 0, "txn": 1, "cache": 2, "stage": 2, "fs": 3,
+		"mount": 4, "csi": 4, "cmd": 5,
+	},
+	// csi starts and stops lakefs-mount processes with mount's helpers.
+	Sideways: map[string]bool{"csi->mount": true},
+	Private: []string{
+		"internal/bench", "internal/benchreport", "internal/scale",
+		"internal/s3test", "internal/codecheck", "store/storetest",
+	},
+	PrivateAbove: 5, // the commands host the bench subcommands
+}
+
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
@@ -54,6 +70,18 @@ func TestNoMissingDocs(t *testing.T) {
 // of a claim exists.
 func TestDocsNameRealTests(t *testing.T) {
 	found, err := UnknownTests(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+// TestLayering: imports go down the floors, never sideways, and no
+// production package carries benchmark or test machinery.
+func TestLayering(t *testing.T) {
+	found, err := Layering(repoRoot(t), layers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +229,53 @@ func TestLongFuncsCatchesPlanted(t *testing.T) {
 	}
 	if msgs := judgeLong(long, map[string]int{"r.Long": 81, "r.T.Method": 81}); len(msgs) != 0 {
 		t.Fatalf("judgeLong with both listed = %q, want none", msgs)
+	}
+}
+
+// TestLayeringCatchesPlanted: an import up a floor, one sideways, and one
+// of private machinery are reported; imports down, within a directory,
+// of unlisted packages, an allowed sideways pair, and imports from test
+// files and unlisted directories are not.
+func TestLayeringCatchesPlanted(t *testing.T) {
+	imp := func(pkg string, paths ...string) string {
+		s := "package " + pkg + "\n\nimport (\n"
+		for _, p := range paths {
+			s += "\t_ \"example.com/planted/" + p + "\"\n"
+		}
+		return s + "\t_ \"fmt\"\n)\n"
+	}
+	root := plant(t, map[string]string{
+		"low/a.go":       imp("low", "high", "low/sub", "util"),
+		"low/a_test.go":  imp("low", "high"),
+		"low/sub/b.go":   imp("sub", "low"),
+		"left/l.go":      imp("left", "right", "low", "bench"),
+		"right/r.go":     imp("right", "left"),
+		"high/h.go":      imp("high", "low", "left", "bench"),
+		"tools/t.go":     imp("tools", "high"),
+		"util/u.go":      "package util\n",
+		"bench/bench.go": "package bench\n",
+	})
+	ls := Layers{
+		Floors:       map[string]int{"low": 0, "left": 1, "right": 1, "high": 2},
+		Sideways:     map[string]bool{"right->left": true},
+		Private:      []string{"bench"},
+		PrivateAbove: 2,
+	}
+	found, err := Layering(root, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"left/l.go:4: left imports right on its own floor",
+		"left/l.go:6: left imports bench, benchmark or test machinery",
+		"low/a.go:4: low (floor 0) imports high (floor 2)",
+	}
+	if len(found) != len(want) {
+		t.Fatalf("found %d, want %d:\n%s", len(found), len(want), strings.Join(found, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(found[i], w) {
+			t.Errorf("finding %d = %q, want prefix %q", i, found[i], w)
+		}
 	}
 }
