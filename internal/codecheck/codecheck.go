@@ -2,7 +2,8 @@
 // `go test ./...` (so by `make test`) over the module the package sits in:
 //
 //   - MissingDocs: a Go comment, docs/*.md or README.md citing a .md file that
-//     is not in the repository (a comment that points nowhere misleads the
+//     is not in the repository, or a document's relative link that leads
+//     nowhere (a comment that points nowhere misleads the
 //     next reader more than no pointer at all);
 //   - UnknownTests: a document naming a Test, Benchmark or Fuzz function that
 //     no _test.go file declares (a guarantee whose named proof is gone is an
@@ -60,6 +61,9 @@ func walk(root, suffix string, fn func(rel string) error) error {
 // characters, dots, dashes and slashes ending in ".md".
 var mdRef = regexp.MustCompile(`[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md\b`)
 
+// urlRef matches a URL (scheme://...) up to a space or a closing bracket.
+var urlRef = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s)>\]]*`)
+
 // mdExists reports whether ref, cited from the file at rel, names a file in
 // the repository: relative to the citing file's directory, relative to the
 // root, or (for a bare name such as "REPORT.md") any file of that name.
@@ -78,7 +82,8 @@ func mdExists(root, rel, ref string, byBase map[string]bool) bool {
 
 // MissingDocs returns one finding per citation of a .md file that does not
 // exist under root: in the comments of every .go file, and anywhere in
-// README.md and docs/*.md.
+// README.md and docs/*.md, whose relative links (to any file) must also
+// resolve from the linking document's directory.
 func MissingDocs(root string) ([]string, error) {
 	byBase := map[string]bool{}
 	if err := walk(root, ".md", func(rel string) error {
@@ -89,6 +94,7 @@ func MissingDocs(root string) ([]string, error) {
 	}
 	var out []string
 	check := func(rel string, line int, text string) {
+		text = urlRef.ReplaceAllString(text, "") // another site's .md is not ours
 		for _, ref := range mdRef.FindAllString(text, -1) {
 			if !mdExists(root, rel, ref, byBase) {
 				out = append(out, fmt.Sprintf("%s:%d: cites %s, which is not in the repository: point it at a document that is (docs/ARCHITECTURE.md, docs/FORMAT.md, docs/RELIABILITY.md) or state the fact inline", rel, line, ref))
@@ -122,9 +128,34 @@ func MissingDocs(root string) ([]string, error) {
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			check(rel, i+1, line)
+			out = append(out, brokenLinks(root, rel, i+1, line)...)
 		}
 	}
 	return out, nil
+}
+
+// mdLink matches the target of a Markdown link, without its #anchor.
+var mdLink = regexp.MustCompile(`\]\(([^)#\s]*)(?:#[^)\s]*)?\)`)
+
+// brokenLinks returns one finding per relative link target on line (of
+// the document rel) that names no file or directory: a link resolves
+// against the document's own directory, as a Markdown viewer resolves it.
+func brokenLinks(root, rel string, line int, text string) []string {
+	var out []string
+	for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
+		t := m[1]
+		if t == "" || strings.Contains(t, "://") || strings.HasPrefix(t, "mailto:") {
+			continue
+		}
+		p := filepath.Join(root, filepath.Dir(rel), filepath.FromSlash(t))
+		if strings.HasPrefix(t, "/") {
+			p = filepath.Join(root, filepath.FromSlash(t))
+		}
+		if _, err := os.Stat(p); err != nil {
+			out = append(out, fmt.Sprintf("%s:%d: links to %s, which does not exist relative to %s: fix the path", rel, line, t, filepath.ToSlash(filepath.Dir(rel))))
+		}
+	}
+	return out
 }
 
 // docFiles lists README.md and docs/*.md under root (the documents a reader

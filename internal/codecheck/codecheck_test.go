@@ -143,15 +143,18 @@ func plant(t *testing.T, files map[string]string) string {
 }
 
 // TestMissingDocsCatchesPlanted: a Go comment and a README link citing
-// absent documents are each reported, naming file and line; citations of
-// documents that exist (relative to the root, to the citing file, or by
-// bare name) and a .md name in a string literal are not.
+// absent documents are each reported, naming file and line, and so are
+// links that resolve only from the wrong directory or to a missing image;
+// citations of documents that exist (relative to the root, to the citing
+// file, or by bare name), URLs, anchors and a .md name in a string literal
+// are not.
 func TestMissingDocsCatchesPlanted(t *testing.T) {
 	root := plant(t, map[string]string{
 		"docs/FORMAT.md":       "# Format\nSee [reliability](RELIABILITY.md).\n",
 		"docs/RELIABILITY.md":  "# Reliability\n",
 		"docs/bench/REPORT.md": "generated\n",
-		"README.md":            "Read docs/FORMAT.md and [the design](docs/DESIGN.md).\n",
+		"README.md": "Read docs/FORMAT.md and [the design](docs/DESIGN.md).\n" +
+			"[ok](docs/FORMAT.md#layout) [ok](https://x.org/a.md) [ok](#here) [bad](FORMAT.md) [bad](docs/x.png)\n",
 		"p/p.go": "// Package p follows docs/FORMAT.md and REPORT.md.\npackage p\n\n" +
 			"// F does what PLATFORM.md measured.\nfunc F() string { return \"GONE.md\" }\n",
 	})
@@ -159,7 +162,13 @@ func TestMissingDocsCatchesPlanted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"p/p.go:4: cites PLATFORM.md", "README.md:1: cites docs/DESIGN.md"}
+	want := []string{
+		"p/p.go:4: cites PLATFORM.md",
+		"README.md:1: cites docs/DESIGN.md",
+		"README.md:1: links to docs/DESIGN.md",
+		"README.md:2: links to FORMAT.md, which does not exist relative to .",
+		"README.md:2: links to docs/x.png",
+	}
 	if len(found) != len(want) {
 		t.Fatalf("found %d citations, want %d:\n%s", len(found), len(want), strings.Join(found, "\n"))
 	}
