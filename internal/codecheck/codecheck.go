@@ -1,9 +1,9 @@
 // Package codecheck holds the repository's own lint checks, run as tests by
 // `go test ./...` (so by `make test`) over the module the package sits in:
 //
-//   - MissingDocs: a Go comment, docs/*.md or README.md citing a .md file that
-//     is not in the repository, or a document's relative link that leads
-//     nowhere (a comment that points nowhere misleads the
+//   - MissingDocs: a Go comment, docs/*.md, README.md or a build file or
+//     script citing a .md file that is not in the repository, or a
+//     document's relative link that leads nowhere (a comment that points nowhere misleads the
 //     next reader more than no pointer at all);
 //   - UnknownTests: a document naming a Test, Benchmark or Fuzz function that
 //     no _test.go file declares (a guarantee whose named proof is gone is an
@@ -83,7 +83,8 @@ func mdExists(root, rel, ref string, byBase map[string]bool) bool {
 // MissingDocs returns one finding per citation of a .md file that does not
 // exist under root: in the comments of every .go file, and anywhere in
 // README.md and docs/*.md, whose relative links (to any file) must also
-// resolve from the linking document's directory.
+// resolve from the linking document's directory, and in build files,
+// scripts and manifests (isScript).
 func MissingDocs(root string) ([]string, error) {
 	byBase := map[string]bool{}
 	if err := walk(root, ".md", func(rel string) error {
@@ -131,7 +132,35 @@ func MissingDocs(root string) ([]string, error) {
 			out = append(out, brokenLinks(root, rel, i+1, line)...)
 		}
 	}
-	return out, nil
+	err = walk(root, "", func(rel string) error {
+		if !isScript(rel) {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return fmt.Errorf("codecheck: %w", err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			check(rel, i+1, line)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// isScript reports whether rel is a build file, script or manifest whose
+// text (comments included) may cite a document.
+func isScript(rel string) bool {
+	switch base := filepath.Base(rel); {
+	case base == "Makefile" || strings.HasPrefix(base, "Dockerfile"):
+		return true
+	default:
+		switch filepath.Ext(base) {
+		case ".sh", ".py", ".yaml", ".yml", ".tpl", ".mk":
+			return true
+		}
+	}
+	return false
 }
 
 // mdLink matches the target of a Markdown link, without its #anchor.

@@ -142,8 +142,9 @@ func plant(t *testing.T, files map[string]string) string {
 	return root
 }
 
-// TestMissingDocsCatchesPlanted: a Go comment and a README link citing
-// absent documents are each reported, naming file and line, and so are
+// TestMissingDocsCatchesPlanted: a Go comment, a Makefile comment and a
+// README link citing absent documents are each reported, naming file and
+// line, and so are
 // links that resolve only from the wrong directory or to a missing image;
 // citations of documents that exist (relative to the root, to the citing
 // file, or by bare name), URLs, anchors and a .md name in a string literal
@@ -155,6 +156,8 @@ func TestMissingDocsCatchesPlanted(t *testing.T) {
 		"docs/bench/REPORT.md": "generated\n",
 		"README.md": "Read docs/FORMAT.md and [the design](docs/DESIGN.md).\n" +
 			"[ok](docs/FORMAT.md#layout) [ok](https://x.org/a.md) [ok](#here) [bad](FORMAT.md) [bad](docs/x.png)\n",
+		"Makefile":      "# see docs/FORMAT.md\n\n# and GONE.md\nall:\n",
+		"deploy/x.yaml": "# docs/FORMAT.md\n",
 		"p/p.go": "// Package p follows docs/FORMAT.md and REPORT.md.\npackage p\n\n" +
 			"// F does what PLATFORM.md measured.\nfunc F() string { return \"GONE.md\" }\n",
 	})
@@ -168,6 +171,7 @@ func TestMissingDocsCatchesPlanted(t *testing.T) {
 		"README.md:1: links to docs/DESIGN.md",
 		"README.md:2: links to FORMAT.md, which does not exist relative to .",
 		"README.md:2: links to docs/x.png",
+		"Makefile:3: cites GONE.md",
 	}
 	if len(found) != len(want) {
 		t.Fatalf("found %d citations, want %d:\n%s", len(found), len(want), strings.Join(found, "\n"))
