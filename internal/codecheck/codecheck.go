@@ -3,8 +3,8 @@
 //
 //   - MissingDocs: a Go comment, docs/*.md, README.md or a build file or
 //     script citing a .md file that is not in the repository, or a
-//     document's relative link that leads nowhere (a comment that points nowhere misleads the
-//     next reader more than no pointer at all);
+//     document's relative link that leads nowhere (a pointer to nowhere
+//     misleads the next reader more than no pointer at all);
 //   - UnknownTests: a document naming a Test, Benchmark or Fuzz function that
 //     no _test.go file declares (a guarantee whose named proof is gone is an
 //     unproven guarantee);
