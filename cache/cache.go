@@ -34,9 +34,9 @@
 //     was measured on. Buffers are only allocated when none is free, so
 //     the free list never holds more than the most blocks ever held. A
 //     buffer returns to the free list only when its block's reference
-//     count drops to zero: references are held by
-//     staging, by the ristretto cache (released in OnExit, at most once
-//     per lruRef) and by each reader while it copies. A reader takes its
+//     count drops to zero: references are held by staging, by the
+//     ristretto cache (released in OnExit, at most once per lruRef) and
+//     by each reader while it copies. A reader takes its
 //     reference with tryAcquire, which fails on a block already at zero,
 //     so it never reads a buffer that was handed to another block.
 //

@@ -28,10 +28,10 @@
 // fetched; the rank directories made so far, rankSet.mu). No two of the
 // package's locks are held together. The View is replaced atomically by
 // one publisher (View.mu serialises publishers; View.waitMu guards the
-// shared --wait deadlines; Root.notify serialises kernel notifications). Kernel notifications for
-// reclaimed steps run on their own goroutine, never on the publisher's:
-// the kernel may hold the steps/ directory lock while a --wait lookup
-// waits for that very publisher.
+// shared --wait deadlines; Root.notify serialises kernel notifications).
+// Kernel notifications for reclaimed steps run on their own goroutine,
+// never on the publisher's: the kernel may hold the steps/ directory lock
+// while a --wait lookup waits for that very publisher.
 package fs
 
 import (
