@@ -35,6 +35,11 @@ type RunOptions struct {
 	Strategy txn.Strategy // default DAC
 	Logger   *slog.Logger
 	// Observe and OnBatch report progress (metrics, the live line).
+	// Observe is called from the producer's committer goroutine. OnBatch
+	// is called from two goroutines, the scanning loop (rejected batches,
+	// batches committed before a restart, back-pressure) and the cleaner
+	// (committed batches), possibly at once: it must be safe for
+	// concurrent use.
 	Observe func(txn.CommitStats)
 	OnBatch func(BatchEvent)
 }

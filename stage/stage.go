@@ -1,4 +1,6 @@
-// Package stage reads the staging tree that writers in any language fill:
+// Package stage reads the staging tree that writers in any language fill,
+// and Run turns its sealed batches into committed steps (the loop of
+// `lakefs-produce run`):
 //
 //	<staging>/<batch>/rank-<r>/<files, subdirectories allowed>
 //	<staging>/<batch>/<step-level files>
@@ -8,7 +10,10 @@
 //   - A batch without _SEALED is never read, moved or removed.
 //   - Names beginning with '.' or '_' at the top of the tree are never
 //     picked up as batches; the package uses them for its own bookkeeping
-//     (_rejected/, and .<batch>.done-* while a committed batch is removed).
+//     (_lock, _rejected/, and .<batch>.done-* while a committed batch is
+//     removed).
+//   - A staging directory belongs to one running producer: Run holds an
+//     exclusive flock on _lock (Tree.Lock) for as long as it runs.
 //   - A batch leaves the tree in one rename: to _rejected/<batch>/ when it
 //     is invalid (with a _REASON file), or to a dot name before it is
 //     deleted once its commit is durable. A crash leaves either the whole
