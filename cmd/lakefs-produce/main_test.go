@@ -293,3 +293,29 @@ func TestEmptyStreamStatus(t *testing.T) {
 		t.Fatalf("status --json: %d %s", code, out)
 	}
 }
+
+// TestRunOnceSaysWhatIsNotPickedUp: a sealed batch that is a symlink or has
+// a '_' or '.' name is never committed nor touched, and run --once says so
+// in one line each (it used to print nothing and exit 0).
+func TestRunOnceSaysWhatIsNotPickedUp(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	staging, elsewhere := t.TempDir(), t.TempDir()
+	stageBatch(t, elsewhere, "real", 1)
+	if err := os.Symlink(filepath.Join(elsewhere, "real"), filepath.Join(staging, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	stageBatch(t, staging, "_b", 1)
+	stageBatch(t, staging, ".c", 1)
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	for _, want := range []string{"linked not picked up: it is a symlink", "_b not picked up: names beginning with", ".c not picked up: names beginning with"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout %q lacks %q", out, want)
+		}
+	}
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
