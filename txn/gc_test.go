@@ -858,3 +858,51 @@ func TestGCHeldByLiveConsumer(t *testing.T) {
 		t.Fatalf("forced: %+v", rep)
 	}
 }
+
+// TestCheckpointSaysWhatItRecorded: with checkpoints [8 14 18 19] and steps
+// live from 15, a checkpoint at 12 (reclaimed past) is refused with
+// ErrReclaimed, one at 3 too, one at 14 or 19 is "already", and none of
+// them writes a version. Before, --step 3 claimed "recorded" and --step 12
+// recorded a checkpoint no job could restart from.
+func TestCheckpointSaysWhatItRecorded(t *testing.T) {
+	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
+	gcProduce(t, l, "p", 22)
+	gcCheckpoints(t, l, 8, 14, 18, 19)
+	gcRun(t, l, gcAt(0))
+	st := gcLoad(t, l)
+	if st.LiveFrom != 15 || fmt.Sprint(st.Checkpoints) != "[8 14 18 19]" {
+		t.Fatalf("setup: live from %d, checkpoints %v", st.LiveFrom, st.Checkpoints)
+	}
+	for _, step := range []int64{3, 12} {
+		_, err := txn.RecordCheckpoint(t.Context(), l, step, quietLogger())
+		if !errors.Is(err, txn.ErrReclaimed) || !strings.Contains(err.Error(), "reclaimed every step below 15") {
+			t.Errorf("step %d: %v, want ErrReclaimed naming step 15", step, err)
+		}
+	}
+	for _, step := range []int64{14, 19} {
+		res, err := txn.RecordCheckpoint(t.Context(), l, step, quietLogger())
+		if err != nil || res.Outcome != txn.CheckpointAlready {
+			t.Errorf("step %d: %+v %v, want CheckpointAlready", step, res, err)
+		}
+	}
+	if v := gcLoad(t, l).Version; v != st.Version {
+		t.Fatalf("refused or repeated checkpoints wrote versions %d..%d", st.Version+1, v)
+	}
+	res, err := txn.RecordCheckpoint(t.Context(), l, 20, quietLogger())
+	if err != nil || res.Outcome != txn.CheckpointRecorded || res.Version != st.Version+1 {
+		t.Fatalf("step 20: %+v %v, want recorded as version %d", res, err, st.Version+1)
+	}
+}
+
+// TestCheckpointOlderThanRecorded: a live step older than every recorded
+// checkpoint writes nothing and says so.
+func TestCheckpointOlderThanRecorded(t *testing.T) {
+	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
+	gcProduce(t, l, "p", 10)
+	gcCheckpoints(t, l, 8)
+	v0 := gcLoad(t, l).Version
+	res, err := txn.RecordCheckpoint(t.Context(), l, 3, quietLogger())
+	if err != nil || res.Outcome != txn.CheckpointOlder || res.Version != v0 {
+		t.Fatalf("step 3: %+v %v, want CheckpointOlder at version %d", res, err, v0)
+	}
+}
