@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // DefaultPartSize is the multipart threshold and part size of the S3 backend.
@@ -37,6 +38,7 @@ const deleteBatch = 1000
 
 type s3Store struct {
 	client   *s3.Client
+	endpoint string // as given; "" for AWS
 	bucket   string
 	prefix   string // "" or "some/prefix/" (with the trailing slash)
 	partSize int64
@@ -144,7 +146,7 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	s := &s3Store{client: client, bucket: o.Bucket, partSize: o.PartSize}
+	s := &s3Store{client: client, endpoint: o.Endpoint, bucket: o.Bucket, partSize: o.PartSize}
 	if loopbackHTTP(o.Endpoint) {
 		s.writeOpts = []func(*s3.Options){func(so *s3.Options) {
 			so.APIOptions = append(so.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
@@ -160,26 +162,69 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	// wrong secret and a missing bucket all look alike (versitygw answers
 	// a bare 404 to all of them).
 	_, err = client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(o.Bucket), MaxKeys: aws.Int32(1)})
-	at := endpointName(o.Endpoint)
-	switch {
-	case err == nil:
-		return s, nil
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
-	case isCode(err, 0, "NoSuchBucket"):
-		return nil, fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL",
-			ErrNotFound, o.Bucket, at, o.Bucket)
-	case isCode(err, 0, "InvalidAccessKeyId", "XAdminUserNotFound"): // the latter: versitygw
-		return nil, fmt.Errorf("%w: %s does not know the access key in AWS_ACCESS_KEY_ID (or your AWS profile); fix the access key",
-			ErrCredentials, at)
-	case isCode(err, 0, "SignatureDoesNotMatch"):
-		return nil, fmt.Errorf("%w: %s rejected the request signature: the secret key (AWS_SECRET_ACCESS_KEY) does not match the access key; fix the secret key",
-			ErrCredentials, at)
-	case isCode(err, 403, "AccessDenied"):
-		return nil, fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it",
-			ErrCredentials, o.Bucket, at)
+	if err != nil {
+		return nil, openError(ctx, o, s, err)
 	}
-	return nil, fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+	return s, nil
+}
+
+// openError says what the bucket check's failure means and what to do.
+func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
+	at := endpointName(o.Endpoint)
+	// Without endpoint= the request went to AWS: a bucket on another
+	// server then looks missing, denied or unknown.
+	hint := ""
+	if o.Endpoint == "" {
+		hint = " (the store URL has no endpoint=, so this went to AWS; for another S3 server add endpoint=http://host:port)"
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
+	case isCode(err, 0, "NoSuchBucket"):
+		return fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL%s",
+			ErrNotFound, o.Bucket, at, o.Bucket, hint)
+	case isCode(err, 0, "InvalidAccessKeyId", "XAdminUserNotFound"): // the latter: versitygw
+		return fmt.Errorf("%w: %s does not know the access key in AWS_ACCESS_KEY_ID (or your AWS profile); fix the access key%s",
+			ErrCredentials, at, hint)
+	case isCode(err, 0, "SignatureDoesNotMatch"):
+		return fmt.Errorf("%w: %s rejected the request signature: the secret key (AWS_SECRET_ACCESS_KEY) does not match the access key; fix the secret key%s",
+			ErrCredentials, at, hint)
+	case isCode(err, 403, "AccessDenied"):
+		return fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it%s",
+			ErrCredentials, o.Bucket, at, hint)
+	}
+	if why, ok := unreachable(err); ok {
+		if o.Endpoint == "" {
+			return fmt.Errorf("%w: cannot reach AWS S3 for bucket %q (%s); the store URL has no endpoint=: for another S3 server add endpoint=http://host:port, else check the network and region=",
+				ErrUnreachable, o.Bucket, why)
+		}
+		return fmt.Errorf("%w: cannot reach the S3 endpoint %s (%s); check that the server is running there and that endpoint= in the store URL has the right scheme, host and port",
+			ErrUnreachable, o.Endpoint, why)
+	}
+	return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+}
+
+// unreachable tells an error where no request got an answer (refused,
+// no route, no such host, TLS to a plain port) and names the cause
+// without the SDK's wrapping: the innermost network error's text.
+func unreachable(err error) (string, bool) {
+	var se *smithyhttp.RequestSendError
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.Error(), true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Error(), true
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error(), true
+	}
+	return se.Err.Error(), true
 }
 
 // ErrCredentials classifies missing, unknown or insufficient credentials.
@@ -249,6 +294,9 @@ func isCode(err error, status int, codes ...string) bool {
 // flatten keeps the SDK's error chain but gives it one line: the SDK's
 // messages embed request IDs and retry details that are noise to operators.
 func (s *s3Store) flatten(err error) error {
+	if why, ok := unreachable(err); ok {
+		return shortError{msg: fmt.Sprintf("cannot reach %s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrUnreachable, err)}
+	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		msg := ae.ErrorCode()

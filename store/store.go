@@ -43,6 +43,9 @@ var (
 	ErrRange = errors.New("range not satisfiable")
 	// ErrInvalid: a bad key or store URL. Retrying cannot help.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrUnreachable: the store's server could not be reached at all (no
+	// connection, no such host); no request got an answer.
+	ErrUnreachable = errors.New("store unreachable")
 )
 
 // Info describes one stored object.
@@ -145,7 +148,7 @@ const reservedDir = ".lakefs-tmp"
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir, s3://bucket/prefix or mem://name", ErrInvalid, Redact(rawURL))
+		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, Redact(rawURL))
 	}
 	// Messages quote the URL without anything that may be a secret.
 	shown := Redact(rawURL)
@@ -160,7 +163,7 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	case "mem":
 		return openMem(u, shown)
 	default:
-		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file://, s3:// or mem://", ErrInvalid, shown, u.Scheme)
+		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, shown, u.Scheme)
 	}
 }
 
