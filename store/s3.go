@@ -474,13 +474,27 @@ func (s *s3Store) write(ctx context.Context, op, key string, r io.Reader, size i
 	return nil
 }
 
+// drainTimeout bounds how long a cancelled multipart upload waits for its
+// request in flight and then for its abort: a stopping process waits at
+// most about twice this.
+const drainTimeout = 5 * time.Second
+
 // writeMultipart uploads parts one at a time, reusing one buffer, and makes
 // the object appear at CompleteMultipartUpload, which carries the
-// create-if-absent condition. A failed upload is aborted so that no parts
-// are left billing in the bucket.
+// create-if-absent condition. A failed or cancelled upload is aborted so
+// that no parts are left billing in the bucket.
+//
+// Cancelling ctx stops the upload between requests, but the request in
+// flight runs to its end (for at most drainTimeout): a part cut off after
+// its body was sent can still be stored by the server after the abort,
+// outside any upload that a listing shows (seen on versitygw).
 func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reader, size int64, exclusive bool) (err error) {
 	full := aws.String(s.key(key))
-	mp, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: full})
+	rctx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(drainTimeout, cancelRequests) })
+	defer stop()
+	mp, err := s.client.CreateMultipartUpload(rctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: full})
 	if err != nil {
 		return s.classify(ctx, op, key, err)
 	}
@@ -488,14 +502,17 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 		if err == nil {
 			return
 		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 		defer cancel()
-		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: full, UploadId: mp.UploadId})
+		s.abort(actx, full, mp.UploadId)
 	}()
 
 	buf := make([]byte, s.partSize)
 	var parts []types.CompletedPart
 	for num, left := int32(1), size; left > 0; num++ {
+		if err := ctxErr(ctx, op, key); err != nil {
+			return err
+		}
 		n := min(left, s.partSize)
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			return fmt.Errorf("s3 %s %s: reading part %d of input: %w", op, key, num, err)
@@ -506,7 +523,7 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 				return fmt.Errorf("s3 %s %s: %w", op, key, err)
 			}
 		}
-		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		out, err := s.client.UploadPart(rctx, &s3.UploadPartInput{
 			Bucket:        &s.bucket,
 			Key:           full,
 			UploadId:      mp.UploadId,
@@ -519,6 +536,9 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
 	}
+	if err := ctxErr(ctx, op, key); err != nil {
+		return err // aborted rather than left as an orphan for gc
+	}
 	in := &s3.CompleteMultipartUploadInput{
 		Bucket:          &s.bucket,
 		Key:             full,
@@ -528,10 +548,32 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 	if exclusive {
 		in.IfNoneMatch = aws.String("*")
 	}
-	if _, err := s.client.CompleteMultipartUpload(ctx, in); err != nil {
+	if _, err := s.client.CompleteMultipartUpload(rctx, in); err != nil {
 		return s.classify(ctx, op, key, err)
 	}
 	return nil
+}
+
+// abort aborts an upload until ListParts confirms it is gone, or ctx
+// ends: a part whose request was still being handled when an abort went
+// out can land after it. What is left when ctx ends is gc's to abort.
+func (s *s3Store) abort(ctx context.Context, key, id *string) {
+	for {
+		_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: key, UploadId: id})
+		if err == nil || isCode(err, 404, "NoSuchUpload") {
+			out, err := s.client.ListParts(ctx, &s3.ListPartsInput{Bucket: &s.bucket, Key: key, UploadId: id})
+			if isCode(err, 404, "NoSuchUpload") || err == nil && len(out.Parts) == 0 {
+				return
+			}
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (s *s3Store) List(ctx context.Context, prefix, after string, limit int) ([]Info, bool, error) {
