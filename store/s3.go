@@ -576,6 +576,40 @@ func (s *s3Store) abort(ctx context.Context, key, id *string) {
 	}
 }
 
+// ListUploads implements UploadLister.
+func (s *s3Store) ListUploads(ctx context.Context, prefix string) ([]Upload, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(s.key(prefix))}
+	var ups []Upload
+	for {
+		out, err := s.client.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return nil, s.classify(ctx, "list uploads", prefix, err)
+		}
+		for _, u := range out.Uploads {
+			ups = append(ups, Upload{Key: strings.TrimPrefix(aws.ToString(u.Key), s.prefix), ID: aws.ToString(u.UploadId), Initiated: aws.ToTime(u.Initiated)})
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextKeyMarker == nil {
+			return ups, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
+// AbortUpload implements UploadLister.
+func (s *s3Store) AbortUpload(ctx context.Context, key, id string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: aws.String(s.key(key)), UploadId: aws.String(id)})
+	if err != nil && !isCode(err, 404, "NoSuchUpload") {
+		return s.classify(ctx, "abort upload", key, err)
+	}
+	return nil
+}
+
 func (s *s3Store) List(ctx context.Context, prefix, after string, limit int) ([]Info, bool, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, false, err

@@ -258,6 +258,25 @@ type RangeStreamer interface {
 	GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 }
 
+// Upload is a multipart upload in progress: its parts are stored (and
+// billed) but in no listing of objects until it completes or is aborted.
+type Upload struct {
+	Key       string    `json:"key"`
+	ID        string    `json:"upload_id"`
+	Initiated time.Time `json:"initiated"`
+}
+
+// UploadLister is implemented by stores whose large writes go up as
+// multipart uploads (S3), so that gc can abort the ones a killed writer
+// left. Wrappers (Faulty, test counters) need not implement it.
+type UploadLister interface {
+	// ListUploads returns the uploads in progress whose keys start with
+	// prefix.
+	ListUploads(ctx context.Context, prefix string) ([]Upload, error)
+	// AbortUpload aborts one; an upload already gone is not an error.
+	AbortUpload(ctx context.Context, key, id string) error
+}
+
 // GetRangeStream streams the n bytes at [off, off+n) of key, through
 // s.GetRangeStream when s has it, else through GetRange.
 func GetRangeStream(ctx context.Context, s Store, key string, off, n int64) (io.ReadCloser, error) {
