@@ -89,12 +89,6 @@ func Open(dir string) (*Tree, error) {
 	return &Tree{Dir: abs}, nil
 }
 
-// SealedBatches returns the names of the sealed batches, in name order.
-func (t *Tree) SealedBatches() ([]string, error) {
-	names, _, err := t.Scan()
-	return names, err
-}
-
 // Skipped is a top-level entry that looks like a sealed batch but is never
 // picked up, and why.
 type Skipped struct {
@@ -113,8 +107,8 @@ func (t *Tree) Scan() (names []string, skipped []Skipped, err error) {
 		n := e.Name()
 		// Only a regular file seals: a directory named _SEALED is a
 		// writer's mistake, not its promise that the batch is complete.
-		// (Stat follows a symlinked batch, to say why it is skipped.)
-		fi, err := os.Stat(filepath.Join(t.Dir, n, Sealed))
+		// (Lstat follows a symlinked batch directory, not the marker.)
+		fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed))
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
