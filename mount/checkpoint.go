@@ -2,7 +2,9 @@ package mount
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,6 +138,26 @@ func trailingNumber(name, prefix string) (int64, bool) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// checkCheckpointDir refuses a --checkpoint-dir that is not a directory
+// (nothing would ever be recorded, so gc would never free anything) and
+// warns about one that does not exist yet (the trainer may create it
+// later).
+func checkCheckpointDir(dir string, log *slog.Logger) error {
+	if dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		log.Warn("--checkpoint-dir does not exist yet; checkpoints are recorded once the trainer creates it and saves one there", "dir", dir)
+	case err != nil:
+		return Usagef("--checkpoint-dir %s: %v", dir, err)
+	case !fi.IsDir():
+		return Usagef("--checkpoint-dir %s is a file; pass the directory the trainer saves its checkpoints in", dir)
+	}
+	return nil
 }
 
 // watchCheckpoints scans --checkpoint-dir and records each new checkpoint

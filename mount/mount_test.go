@@ -2,6 +2,7 @@ package mount
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,5 +117,29 @@ func TestDetectCheckpoint(t *testing.T) {
 	}
 	if d := DetectCheckpoint(filepath.Join(t.TempDir(), "absent")); d.N != 0 {
 		t.Error("a missing directory has a checkpoint")
+	}
+}
+
+// TestCheckpointDirMistakes: a --checkpoint-dir that is a file is a usage
+// error before anything is mounted; one that does not exist yet starts
+// with a warning line (issue 22.9). Before, both started silently and
+// never recorded anything, so gc never freed anything.
+func TestCheckpointDirMistakes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ckpt")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(t.Context(), Options{Store: "file://" + t.TempDir(), Mountpoint: t.TempDir(), CheckpointDir: file, NodeID: "n"})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--checkpoint-dir "+file+" is a file") {
+		t.Fatalf("Run with a file as --checkpoint-dir = %v; want a usage error naming it", err)
+	}
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	missing := filepath.Join(t.TempDir(), "later")
+	if err := checkCheckpointDir(missing, log); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logged.String(), "--checkpoint-dir does not exist yet") || !strings.Contains(logged.String(), missing) {
+		t.Fatalf("a missing --checkpoint-dir logged %q; want a warning naming it", logged.String())
 	}
 }
