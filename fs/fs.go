@@ -25,16 +25,23 @@
 //
 // # Concurrency
 //
-// Nodes hold only immutable data (TGB pointers, trees built from it; a
-// tree may be evicted and built again, identical). The View is replaced
-// atomically by one publisher. Kernel notifications for
-// reclaimed steps run on their own goroutine, never on the publisher's:
-// the kernel may hold the steps/ directory lock while a --wait lookup
-// waits for that very publisher.
+// Nodes hold immutable data (TGB pointers, packs, constant options);
+// what is built on demand inside a step is built once under its own
+// mutex (a directory's listing, lazyTree.mu, held while the listing is
+// fetched; the rank directories made so far, rankSet.mu). A listing may be
+// evicted by the metadata window and built again, identical; the step
+// directories themselves never leave the view while live. The View is
+// replaced atomically by one publisher (View.mu serialises publishers;
+// View.waitMu guards the shared --wait deadlines; Root.notify serialises
+// kernel notifications). Kernel notifications for reclaimed steps run on
+// their own goroutine, never on the publisher's: the kernel may hold the
+// steps/ directory lock while a --wait lookup waits for that very
+// publisher.
 //
 // Lock order: Root.loadedMu, then go-fuse's inode locks; a lazyTree's mu
 // is only ever tried (TryLock) under loadedMu, and loadedMu is never taken
-// under a lazyTree's mu.
+// under a lazyTree's mu. No other two of the package's locks are held
+// together.
 package fs
 
 import (
