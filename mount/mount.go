@@ -199,6 +199,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
 		return err
 	}
+	if err := checkCheckpointDir(o.CheckpointDir, log); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, o.Store)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
@@ -289,7 +292,8 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server(o.Profiling)
+		log.Info("serving metrics", "addr", metricsAddr, "paths", "/metrics /health")
+		srv := m.metrics.server(o.Profiling, m.health)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -396,6 +400,12 @@ type mounted struct {
 	highest  atomic.Int64 // highest step read, -1 before the first read
 	lastRead atomic.Int64 // unix nanoseconds of the latest read
 	polls    atomic.Int64 // refreshes of the manifest log
+
+	// Health (/health): the stream gone from the store, the manifest
+	// refresh failing.
+	streamGone        atomic.Bool
+	refreshFailing    atomic.Bool
+	heartbeatFailures atomic.Int64
 }
 
 // committed reports whether step n is live in the view.
@@ -471,6 +481,7 @@ func (m *mounted) tail(ctx context.Context) {
 		last = time.Now()
 		m.polls.Add(1)
 		n, err := m.txlog.Refresh(ctx, m.state)
+		m.refreshFailing.Store(err != nil && ctx.Err() == nil)
 		if n > 0 {
 			m.publish()
 		}
