@@ -113,6 +113,10 @@ func (d *driver) serving(ctx context.Context, v volume) (sharedMount, error) {
 	}
 	p, err := d.mounter.start(ctx, v, m.Dir, d.logPath(v.Key))
 	if err != nil {
+		if !ok { // nothing else uses the directory or the log
+			_ = os.Remove(m.Dir)
+			_ = os.Remove(d.logPath(v.Key))
+		}
 		if st, ok := status.FromError(err); ok {
 			return sharedMount{}, st.Err()
 		}
@@ -178,6 +182,7 @@ func (d *driver) release(ctx context.Context, key, target string) error {
 	if err := os.Remove(m.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", m.Dir, err)
 	}
+	_ = os.Remove(d.logPath(key)) // a clean stop: nothing to look into
 	m.Proc = procID{}
 	if err := d.reg.put(m); err != nil {
 		return err
