@@ -87,7 +87,7 @@ func checkSanityReport(t *testing.T, r types.Report) {
 type testController struct {
 	csipb.UnimplementedControllerServer
 	csipb.UnimplementedIdentityServer // csi-sanity checks the identity of each socket
-	attrs map[string]string
+	attrs                             map[string]string
 }
 
 func (c *testController) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
