@@ -178,8 +178,8 @@ type testDriver struct {
 }
 
 // startDriver serves a driver with stateDir on a fresh socket until stop
-// (or the test's end).
-func startDriver(t *testing.T, stateDir string) *testDriver {
+// (or the test's end); opts adjust its options.
+func startDriver(t *testing.T, stateDir string, opts ...func(*Options)) *testDriver {
 	t.Helper()
 	mountBin, _, _ := bins(t)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
@@ -188,6 +188,9 @@ func startDriver(t *testing.T, stateDir string) *testDriver {
 	done := make(chan error, 1)
 	o := Options{Endpoint: "unix://" + sock, NodeID: "node-a", StateDir: stateDir, MountBinary: mountBin,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	for _, f := range opts {
+		f(&o)
+	}
 	go func() { done <- Run(ctx, o) }()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {

@@ -2,11 +2,13 @@ package csi
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,4 +167,55 @@ func startDriverProcess(t *testing.T, stateDir string) (node csipb.NodeClient, k
 		t.Fatalf("probe of lakefs-csi: %v", err)
 	}
 	return csipb.NewNodeClient(conn), kill
+}
+
+// TestMountCgroup: with --mount-cgroup, each shared lakefs-mount runs in a
+// cgroup of its own under the given cgroup v2 directory (outside the
+// driver container's, which the runtime kills on restart), and the last
+// unpublish removes that cgroup.
+func TestMountCgroup(t *testing.T) {
+	requireFUSE(t)
+	root := cgroup2Root(t)
+	parent := filepath.Join(root, fmt.Sprintf("lakestream-csi-test-%d", os.Getpid()))
+	t.Cleanup(func() { _ = os.Remove(parent) })
+	url := "file://" + t.TempDir()
+	step, files := newStream(t, url)
+	d := startDriver(t, t.TempDir(), func(o *Options) { o.MountCgroup = parent })
+	target := filepath.Join(t.TempDir(), "mount")
+	cleanupTargets(t, d.stateDir, target)
+	if _, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", url), nil)); err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, target, step, files)
+	ms := registryOf(t, d.stateDir)
+	if len(ms) != 1 {
+		t.Fatalf("registry: %+v, want one mount", ms)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", ms[0].Proc.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "0::/" + filepath.Base(parent) + "/mount-" + ms[0].Key + "\n"
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("lakefs-mount's cgroups:\n%s\nwant the line %q", b, want)
+	}
+	unpublish(t, d, "vol", target)
+	assertAllStopped(t, d.stateDir)
+	if _, err := os.Stat(filepath.Join(parent, "mount-"+ms[0].Key)); !os.IsNotExist(err) {
+		t.Fatalf("the mount's cgroup after its last unpublish: %v, want it removed", err)
+	}
+}
+
+// cgroup2Root finds the cgroup v2 hierarchy: /sys/fs/cgroup on a unified
+// host, /sys/fs/cgroup/unified on a hybrid one.
+func cgroup2Root(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p
+		}
+	}
+	t.Fatal("no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified")
+	return ""
 }
