@@ -22,11 +22,16 @@
 //
 // # Concurrency
 //
-// Nodes hold only immutable data (TGB pointers, trees built once). The
-// View is replaced atomically by one publisher. Kernel notifications for
-// reclaimed steps run on their own goroutine, never on the publisher's:
-// the kernel may hold the steps/ directory lock while a --wait lookup
-// waits for that very publisher.
+// Nodes hold immutable data (TGB pointers, packs, constant options);
+// what is built on demand inside a step is built once under its own
+// mutex (a directory's listing, lazyTree.mu, held while the listing is
+// fetched; the rank directories made so far, rankSet.mu). No two of the
+// package's locks are held together. The View is replaced atomically by
+// one publisher (View.mu serialises publishers; View.waitMu guards the
+// shared --wait deadlines; Root.notify serialises kernel notifications).
+// Kernel notifications for reclaimed steps run on their own goroutine,
+// never on the publisher's: the kernel may hold the steps/ directory lock
+// while a --wait lookup waits for that very publisher.
 package fs
 
 import (

@@ -20,9 +20,9 @@ type PackSource interface {
 }
 
 // tree is one directory's listing inside a step. A step directory's rank
-// directories are not materialised: ranks names them from the layout, and
-// an entry is made for a rank only when it is looked up, so a step of
-// 1,024 ranks costs a node the ranks it reads.
+// directories are not materialised: the ranks field lists them from the
+// layout (rankSet.names), and an entry is made for a rank only when it is
+// looked up, so a step of 1,024 ranks costs a node the ranks it reads.
 type tree struct {
 	names []string // listing order, after the ranks
 	kids  map[string]*treeEntry
@@ -39,7 +39,7 @@ type rankSet struct {
 	made map[int]*treeEntry // GUARDED_BY(mu)
 }
 
-// rankNames lists the shown rank directories in numeric order.
+// names lists the shown rank directories in numeric order.
 func (rs *rankSet) names() []string {
 	var out []string
 	for r := range rs.layout.shownRanks() {

@@ -182,14 +182,8 @@ func (o *Options) setDefaults() error {
 }
 
 func validateNodeID(id string) error {
-	ok := id != "" && len(id) <= 128 && id != "." && id != ".."
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			ok = false
-		}
-	}
-	if !ok {
-		return Usagef("--node-id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
+	if err := txn.ValidateNodeID(id); err != nil {
+		return Usagef("--node-id: %w", err)
 	}
 	return nil
 }

@@ -181,8 +181,9 @@ func setReadAhead(path string, bytes int64) error {
 	return os.WriteFile(f, []byte(strconv.FormatInt(bytes>>10, 10)), 0o644)
 }
 
-// abortConnection aborts the FUSE connection of the filesystem mounted at
-// path (through fusectl), so a detached mount still in use stops at once.
+// abortConnection aborts FUSE connection dev (the device number of the
+// mount, see devNumber) through fusectl, mounting fusectl if needed, so a
+// detached mount still in use stops at once.
 func abortConnection(dev uint64) error {
 	dir := "/sys/fs/fuse/connections"
 	if _, err := os.Stat(filepath.Join(dir, strconv.FormatUint(dev, 10))); err != nil {

@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/listen"
+	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -133,7 +134,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	url, _, err := subURL(o.StoreURL, "bench-read-"+randomHex(6))
+	url, err := store.SubURL(o.StoreURL, "bench-read-"+randomHex(6))
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	}
 	if !o.Keep {
 		defer func() {
-			if err := deleteAll(context.WithoutCancel(ctx), s); err != nil {
+			if err := store.DeleteAll(context.WithoutCancel(ctx), s); err != nil {
 				o.Logger.Warn("bench read: cleaning up", "store", url, "err", err)
 			}
 		}()
@@ -300,7 +301,7 @@ func readAll(ctx context.Context, files [][]benchFile, n int, read func(context.
 // readDirect reads the files with ranged GETs of the store client.
 func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]benchFile, n int) (ReadRow, error) {
 	dropCaches(o.Logger)
-	cpu0 := selfCPU()
+	cpu0 := procstat.SelfCPU()
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, _ []byte) error {
 		b, err := s.GetRange(ctx, f.key, f.off, f.size)
 		if err != nil {
@@ -314,7 +315,7 @@ func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]be
 	if err != nil {
 		return ReadRow{}, err
 	}
-	return row("direct", n, times, bytes, wall, bytes, bytes, 0, selfCPU()-cpu0), nil
+	return row("direct", n, times, bytes, wall, bytes, bytes, 0, procstat.SelfCPU()-cpu0), nil
 }
 
 // readMount reads the files through a fresh lakefs-mount child process.
@@ -329,15 +330,15 @@ func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchF
 		return ReadRow{}, err
 	}
 	dropCaches(o.Logger)
-	cpu0, mcpu0 := selfCPU(), procCPU(m.cmd.Process.Pid)
+	cpu0, mcpu0 := procstat.SelfCPU(), procstat.CPU(m.cmd.Process.Pid)
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
 		return readFile(filepath.Join(m.dir, f.path), f, buf)
 	})
 	if err != nil {
 		return ReadRow{}, err
 	}
-	cpu := selfCPU() - cpu0 + procCPU(m.cmd.Process.Pid) - mcpu0
-	rss := PeakRSS(m.cmd.Process.Pid)
+	cpu := procstat.SelfCPU() - cpu0 + procstat.CPU(m.cmd.Process.Pid) - mcpu0
+	rss := procstat.PeakRSS(m.cmd.Process.Pid)
 	fetched, served, err := m.counters(ctx)
 	if err != nil {
 		return ReadRow{}, err
@@ -385,52 +386,9 @@ func row(system string, n int, times []float64, bytes int64, wall time.Duration,
 // kernel cache start cold. It needs root; without it the numbers include
 // whatever the cache holds, so say so.
 func dropCaches(logger *slog.Logger) {
-	syscall.Sync()
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+	if err := procstat.DropCaches(); err != nil {
 		logger.Warn("bench read: cannot drop the page cache; reads may be served from it", "err", err)
 	}
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is a process's user + system CPU time from /proc/<pid>/stat.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line, in clock ticks (USER_HZ = 100).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	k, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+k) * 10 * time.Millisecond
-}
-
-// PeakRSS is a process's peak resident memory (VmHWM) in MiB, 0 if
-// unknown.
-func PeakRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // mountProc is one lakefs-mount child process.
@@ -458,7 +416,7 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 	}
 	args := []string{"--store", url, "--node-id", "bench-read"}
 	if addr == "" {
-		if addr, err = freePort(); err != nil {
+		if addr, err = listen.FreeAddr(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--metrics-addr", addr)
@@ -474,15 +432,6 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 		return nil, fmt.Errorf("starting %s: %w", o.MountBin, err)
 	}
 	return &mountProc{cmd: cmd, dir: dir, metrics: "http://" + addr + "/metrics", stderr: &stderr}, nil
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // waitHead waits until the mount shows head.
