@@ -290,3 +290,45 @@ func csiVolumes(d any) []any {
 	}
 	return out
 }
+
+// TestDocsAttributes: the volume attribute table of docs/KUBERNETES.md
+// lists exactly lakefs-mount's options a volume may set, and the text
+// names each option the driver sets or refuses.
+func TestDocsAttributes(t *testing.T) {
+	mountBin, _, _ := bins(t)
+	var flags []string
+	for _, line := range strings.Split(helpOf(t, mountBin), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], "--") && f[0] != "--help," {
+			flags = append(flags, strings.TrimPrefix(f[0], "--"))
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(deployDir(t), "..", "..", "docs", "KUBERNETES.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "## Volume attributes")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var rows []string
+	for _, line := range strings.Split(section, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows = append(rows, name)
+		}
+	}
+	for _, f := range flags {
+		switch {
+		case slices.Contains(driverAttrs, f):
+			if !strings.Contains(section, "`"+f+"`") || slices.Contains(rows, f) {
+				t.Errorf("docs/KUBERNETES.md: %q is set or refused by the driver: name it in the text, not in the table", f)
+			}
+		case !slices.Contains(rows, f):
+			t.Errorf("docs/KUBERNETES.md: the attribute table lacks lakefs-mount's --%s", f)
+		}
+	}
+	for _, r := range rows {
+		if !slices.Contains(flags, r) || slices.Contains(driverAttrs, r) {
+			t.Errorf("docs/KUBERNETES.md: the table lists %q, which is not a volume option of lakefs-mount", r)
+		}
+	}
+}
