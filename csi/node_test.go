@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,6 +88,11 @@ func testPublishShared(t *testing.T, attrs, secrets map[string]string, step stri
 	checkFiles(t, t1, step, files)
 	checkFiles(t, t2, step, files)
 	assertReadOnly(t, t1, step)
+	for _, tg := range []string{t1, t2} {
+		if opts := mountOptions(t, tg); !slices.Contains(opts, "ro") {
+			t.Fatalf("the bind mount at %s has options %v, want ro", tg, opts)
+		}
+	}
 	if pids := mountProcs(t, d.stateDir); len(pids) != 1 {
 		t.Fatalf("%d lakefs-mount processes serve the two targets, want 1 shared: %v", len(pids), pids)
 	}
@@ -106,6 +112,23 @@ func testPublishShared(t *testing.T, attrs, secrets map[string]string, step stri
 	unpublish(t, d, "vol-2", t2) // a target already gone
 	assertAllStopped(t, d.stateDir)
 	return d
+}
+
+// mountOptions returns the per-mount options of the topmost mount at path
+// (/proc/self/mountinfo field 6).
+func mountOptions(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == path {
+			opts = strings.Split(f[5], ",")
+		}
+	}
+	return opts
 }
 
 // assertReadOnly checks that every kind of write through the view gets EROFS.
