@@ -61,8 +61,8 @@ const (
 	DefaultStateDir = "/var/lib/lakestream-csi"
 )
 
-// Version is reported by GetPluginInfo.
-var version = "dev"
+// vendorVersion is reported by GetPluginInfo.
+const vendorVersion = "0.1.0"
 
 // Options configure the driver.
 type Options struct {
@@ -84,7 +84,8 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
-// Usage errors of the driver's options.
+// ErrUsage classifies errors in the driver's options (errors.Is): the
+// command exits 2.
 var ErrUsage = errors.New("usage error")
 
 func (o *Options) check() error {
@@ -197,7 +198,7 @@ func (d *driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 
 // GetPluginInfo names the driver.
 func (d *driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
-	return &csipb.GetPluginInfoResponse{Name: DriverName, VendorVersion: version}, nil
+	return &csipb.GetPluginInfoResponse{Name: DriverName, VendorVersion: vendorVersion}, nil
 }
 
 // GetPluginCapabilities: no controller service, no topology.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -154,15 +155,7 @@ func (r *registry) saveLocked() error {
 	for _, m := range r.mounts {
 		f.Mounts = append(f.Mounts, m)
 	}
-	slices.SortFunc(f.Mounts, func(a, b *sharedMount) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(f.Mounts, func(a, b *sharedMount) int { return strings.Compare(a.Key, b.Key) })
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding the registry: %w", err)
