@@ -40,9 +40,9 @@ func FuzzDetectCheckpoint(f *testing.F) {
 				}
 			}
 		}
-		n, format, ok := DetectCheckpoint(dir)
-		if ok != (n > 0) || ok != (format != "") {
-			t.Fatalf("DetectCheckpoint: %d, %q, %v", n, format, ok)
+		d := DetectCheckpoint(dir)
+		if d.N < 0 || (d.N > 0) != (d.Format != "") {
+			t.Fatalf("DetectCheckpoint: %d, %q", d.N, d.Format)
 		}
 	})
 }

@@ -188,14 +188,8 @@ func (o *Options) validate() error {
 }
 
 func validateNodeID(id string) error {
-	ok := id != "" && len(id) <= 128 && id != "." && id != ".."
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			ok = false
-		}
-	}
-	if !ok {
-		return flagval.Usagef("--node-id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
+	if err := txn.ValidateNodeID(id); err != nil {
+		return flagval.Usagef("--node-id: %w", err)
 	}
 	return nil
 }
@@ -209,6 +203,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log := o.Logger
 	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
+		return err
+	}
+	if err := checkCheckpointDir(o.CheckpointDir, log); err != nil {
 		return err
 	}
 	st, err := store.Open(ctx, o.Store)
@@ -300,7 +297,8 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server(o.Profiling)
+		log.Info("serving metrics", "addr", metricsAddr, "paths", "/metrics /health")
+		srv := m.metrics.server(o.Profiling, m.health)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -407,6 +405,12 @@ type mounted struct {
 	highest  atomic.Int64 // highest step read, -1 before the first read
 	lastRead atomic.Int64 // unix nanoseconds of the latest read
 	polls    atomic.Int64 // refreshes of the manifest log
+
+	// Health (/health): the stream gone from the store, the manifest
+	// refresh failing.
+	streamGone        atomic.Bool
+	refreshFailing    atomic.Bool
+	heartbeatFailures atomic.Int64
 }
 
 // committed reports whether step n is live in the view.
@@ -482,6 +486,7 @@ func (m *mounted) tail(ctx context.Context) {
 		last = time.Now()
 		m.polls.Add(1)
 		n, err := m.txlog.Refresh(ctx, m.state)
+		m.refreshFailing.Store(err != nil && ctx.Err() == nil)
 		if n > 0 {
 			m.publish()
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // rangeCounter counts ranged GETs; while failing is set they fail.
@@ -36,26 +37,13 @@ func TestPackLoader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 40 {
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txntest.Batches(40, func(int) txn.Batch {
 		b := txn.Batch{}
 		for r := range 4 {
 			b.Ranks = append(b.Ranks, []txn.FileSource{txn.BytesFile("f", []byte{byte(r)})})
 		}
-		pd, err := p.Append(ctx, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pd.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+		return b
+	})...)
 	st, err := l.Load(ctx)
 	if err != nil {
 		t.Fatal(err)

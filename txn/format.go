@@ -309,7 +309,7 @@ func (v *Version) validateShape(cfg *StreamConfig) error {
 		return errors.New("register without a producer or instance")
 	}
 	if v.Writer.Producer != "" {
-		if err := validateProducerID(v.Writer.Producer); err != nil {
+		if err := ValidateProducerID(v.Writer.Producer); err != nil {
 			return err
 		}
 	}

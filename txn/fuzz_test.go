@@ -12,6 +12,7 @@ import (
 
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // FuzzDecodeVersion feeds arbitrary bytes to the version decoder, as if
@@ -114,24 +115,8 @@ func newFuzzLog(f *testing.F) *fuzzLog {
 	if err != nil {
 		f.Fatal(err)
 	}
-	logger := slog.New(slog.DiscardHandler)
 	produce := func(id string, batches ...txn.Batch) {
-		p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: id, Strategy: fuzzStrategy(f, "naive"), Logger: logger})
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, b := range batches {
-			pd, err := p.Append(ctx, b)
-			if err != nil {
-				f.Fatal(err)
-			}
-			if _, err := pd.Wait(ctx); err != nil {
-				f.Fatal(err)
-			}
-		}
-		if err := p.Close(ctx); err != nil {
-			f.Fatal(err)
-		}
+		txntest.Produce(f, l, txn.ProducerOptions{ID: id, Strategy: fuzzStrategy(f, "naive")}, batches...)
 	}
 	bytesOf := func(n int, seed byte) []byte {
 		b := make([]byte, n)
@@ -170,7 +155,7 @@ func newFuzzLog(f *testing.F) *fuzzLog {
 		f.Fatal(err)
 	}
 	admin := func(v *txn.Version) {
-		if _, err := l.Commit(ctx, st, func(*txn.State) (*txn.Version, error) { return v, nil }, logger); err != nil {
+		if _, err := l.Commit(ctx, st, func(*txn.State) (*txn.Version, error) { return v, nil }, slog.New(slog.DiscardHandler)); err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -163,7 +163,7 @@ func (l *Log) readHint(ctx context.Context) (uint64, error) {
 func (l *Log) newestSnapshot(ctx context.Context) (uint64, error) {
 	var newest uint64
 	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
-		if v, ok := parseSnapshotKey(o.Key); ok && v > newest {
+		if v, ok := ParseSnapshotKey(o.Key); ok && v > newest {
 			newest = v
 		}
 		return nil
@@ -172,33 +172,6 @@ func (l *Log) newestSnapshot(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("listing %s: %w", LogPrefix, err)
 	}
 	return newest, nil
-}
-
-func parseSnapshotKey(key string) (uint64, bool) {
-	name, ok := strings.CutPrefix(key, LogPrefix)
-	if !ok {
-		return 0, false
-	}
-	num, ok := strings.CutSuffix(name, ".snap.json")
-	if !ok || len(num) != 20 {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(num, 10, 64)
-	return v, err == nil
-}
-
-// ParseVersionKey returns the version of a _log/<v>.json key.
-func ParseVersionKey(key string) (uint64, bool) {
-	name, ok := strings.CutPrefix(key, LogPrefix)
-	if !ok {
-		return 0, false
-	}
-	num, ok := strings.CutSuffix(name, ".json")
-	if !ok || len(num) != 20 {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(num, 10, 64)
-	return v, err == nil
 }
 
 func (l *Log) readSnapshot(ctx context.Context, v uint64) (*State, error) {
@@ -356,7 +329,7 @@ func (l *Log) chainCut(ctx context.Context, st *State) (bool, error) {
 	for _, o := range objs {
 		v, ok := ParseVersionKey(o.Key)
 		if !ok {
-			v, ok = parseSnapshotKey(o.Key)
+			v, ok = ParseSnapshotKey(o.Key)
 		}
 		if ok && v > st.Version {
 			return true, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // backends returns a fresh store per call for each backend the log is
@@ -59,6 +60,11 @@ func payload(producer string, seq uint64, rank, file int) []byte {
 		b[i] = seed[i%len(seed)] ^ byte(i)
 	}
 	return b
+}
+
+// batchesFor is batchFor of seq from, from+1, ..., to.
+func batchesFor(producer string, from, to uint64, ranks int) []txn.Batch {
+	return txntest.Batches(int(to-from+1), func(i int) txn.Batch { return batchFor(producer, from+uint64(i), ranks) })
 }
 
 func batchFor(producer string, seq uint64, ranks int) txn.Batch {
@@ -259,13 +265,7 @@ func TestZombieFenced(t *testing.T) {
 			if r.Epoch != 2 || r.Cursor != fmt.Sprintf("c%06d", r.Seq) {
 				t.Fatalf("resume %+v", r)
 			}
-			pd, err := fresh.Append(ctx, batchFor("p", r.Seq+1, 1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := pd.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
+			txntest.Commit(t, fresh, batchFor("p", r.Seq+1, 1))
 			if err := fresh.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -423,22 +423,7 @@ func TestSnapshotsAndHint(t *testing.T) {
 	ctx := t.Context()
 	mem := store.NewMem()
 	l := newLog(t, mem, txn.CreateOptions{Ranks: 1, SnapshotEvery: 10})
-	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive"), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(1); seq <= 34; seq++ {
-		pd, err := p.Append(ctx, batchFor("p", seq, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pd.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 34, 1)...)
 	// 35 versions: register + 34 single-TGB commits; snapshots at 10, 20, 30.
 	for _, v := range []uint64{10, 20, 30} {
 		if _, err := mem.Stat(ctx, txn.SnapshotKey(v)); err != nil {

@@ -113,7 +113,7 @@ type Producer struct {
 // opts.ID and starts its committer. The committer runs until Close or
 // until ctx is cancelled.
 func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer, error) {
-	if err := validateProducerID(opts.ID); err != nil {
+	if err := ValidateProducerID(opts.ID); err != nil {
 		return nil, err
 	}
 	if opts.Strategy == nil {
@@ -162,22 +162,6 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	p.logger.Info("producer registered", "seq", ps.Seq, "cursor", ps.Cursor, "version", st.Version)
 	go p.commitLoop(cctx, st)
 	return p, nil
-}
-
-// ValidateProducerID checks a producer id before anything is opened, so a
-// command can report a bad one as a usage error.
-func ValidateProducerID(id string) error { return validateProducerID(id) }
-
-func validateProducerID(id string) error {
-	if id == "" || len(id) > 128 || id == "." || id == ".." {
-		return fmt.Errorf("producer id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("producer id %q must be 1-128 characters of [A-Za-z0-9._-]", id)
-		}
-	}
-	return nil
 }
 
 func loadRetry(ctx context.Context, l *Log, logger *slog.Logger) (*State, error) {

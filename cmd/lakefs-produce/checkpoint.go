@@ -23,8 +23,10 @@ func checkpointCommand() *cli.Command {
 		Usage:     "record that training durably checkpointed after step S",
 		UsageText: "lakefs-produce checkpoint --store URL --step S",
 		Description: `Reclamation (gc) deletes a step's data only once enough newer checkpoints
-are recorded. Recording a checkpoint twice is harmless. A step that is not
-committed yet is refused.`,
+are recorded. Recording a checkpoint twice is harmless, and one older than
+every recorded checkpoint changes nothing: both say so and write nothing.
+A step that is not committed yet, or one gc has reclaimed past, is refused
+(exit 1).`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
@@ -50,10 +52,18 @@ func checkpoint(ctx context.Context, o checkpointOptions, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
+	res, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "checkpoint at step %d recorded (version %d)\n", o.Step, st.Version)
+	switch res.Outcome {
+	case txn.CheckpointAlready:
+		fmt.Fprintf(stdout, "checkpoint at step %d was already recorded; nothing written (version %d)\n", o.Step, res.Version)
+	case txn.CheckpointOlder:
+		fmt.Fprintf(stdout, "checkpoint at step %d not recorded: it is older than every recorded checkpoint (oldest %d), so it would not change what gc keeps; nothing written\n",
+			o.Step, res.Checkpoints[0])
+	default:
+		fmt.Fprintf(stdout, "checkpoint at step %d recorded (version %d)\n", o.Step, res.Version)
+	}
 	return nil
 }

@@ -52,9 +52,16 @@ commit is durable. Invalid batches move to <staging>/_rejected/<batch>/ with
 a _REASON file. Killed at any moment, run resumes where it stopped with
 nothing lost and nothing committed twice.
 
+Names: inside a batch, only the top-level _SEALED and _REASON belong to
+the protocol; every other file is committed, names beginning with '_'
+included (a batch holding its own _REASON is rejected). In the staging
+directory, entries beginning with '_' or '.' are never batches, nor is a
+symlink to one: run --once says so for each one that is sealed.
+
 --once commits every batch sealed at start, prints one line per batch
-("NAME -> step N" or "NAME rejected: REASON") and exits 0, or 1 when any
-batch was rejected; without it, run keeps watching until SIGINT or SIGTERM.`,
+("NAME -> step N", "NAME rejected: REASON", or "NAME not picked up: WHY")
+and exits 0, or 1 when any batch was rejected; without it, run keeps
+watching until SIGINT or SIGTERM.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
@@ -334,8 +341,15 @@ func (s *onceSummary) batch(e stage.BatchEvent) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e.Skipped != "" {
+		fmt.Fprintf(s.out, "%s not picked up: %s\n", e.Name, e.Skipped)
+		return
+	}
 	s.n++
 	switch {
+	case e.Unmoved != "":
+		s.rejected++
+		fmt.Fprintf(s.out, "%s rejected: %s (not moved to %s: %s; it stays staged)\n", e.Name, e.Rejected, stage.RejectedDir, e.Unmoved)
 	case e.Rejected != "":
 		s.rejected++
 		fmt.Fprintf(s.out, "%s rejected: %s\n", e.Name, e.Rejected)

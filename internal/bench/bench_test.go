@@ -209,20 +209,6 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
-func TestSubURL(t *testing.T) {
-	for _, tc := range []struct{ base, want, dir string }{
-		{"file:///tmp/x", "file:///tmp/x/run/a", "/tmp/x/run/a"},
-		{"file:///tmp/x/", "file:///tmp/x/run/a", "/tmp/x/run/a"},
-		{"s3://b", "s3://b/run/a", ""},
-		{"s3://b/p/q?endpoint=http://127.0.0.1:9000&path-style=true", "s3://b/p/q/run/a?endpoint=http://127.0.0.1:9000&path-style=true", ""},
-	} {
-		got, dir, err := subURL(tc.base, "run/a")
-		if err != nil || got != tc.want || dir != tc.dir {
-			t.Errorf("subURL(%q) = %q, %q, %v; want %q, %q", tc.base, got, dir, err, tc.want, tc.dir)
-		}
-	}
-}
-
 func TestPercentile(t *testing.T) {
 	xs := make([]float64, 100)
 	for i := range xs {

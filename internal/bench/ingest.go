@@ -1,7 +1,10 @@
-// Package bench is the engine of `lakefs-produce bench ingest`: it runs
-// producers against a store for a while and reports the throughput and
-// commit latency each commit strategy reaches, next to a baseline that
-// writes the same bytes with plain Puts and no commits.
+// Package bench is the engine of `lakefs-produce bench ingest` and of
+// `bench read` (read.go). bench ingest runs producers against a store for
+// a while and reports the throughput and commit latency each commit
+// strategy reaches, next to baselines that write the same bytes with no
+// commits (raw-put: the store's Put; plain-put: the SDK or the file
+// system with no store layer of ours) and broker peers (the nats and
+// nats-fsync strategies, nats.go).
 //
 // Every combination of strategy, producer count and payload runs on a
 // fresh stream under its own prefix of the store (a subdirectory for
@@ -18,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,7 +223,7 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 		t.store = s
 		t.clean = func(context.Context) error { return nil } // garbage once dropped
 	default:
-		u, dir, err := subURL(o.StoreURL, name)
+		u, err := store.SubURL(o.StoreURL, name)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +232,8 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 			return nil, err
 		}
 		t.url, t.store = u, s
-		if dir != "" {
+		if pu, err := url.Parse(u); err == nil && pu.Scheme == "file" {
+			dir := filepath.FromSlash(pu.Path)
 			// Faster than deleting object by object, and takes the
 			// directories and the store's temporary files with it.
 			t.clean = func(context.Context) error {
@@ -244,7 +249,7 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 	}
 	if t.clean == nil {
 		s := t.store
-		t.clean = func(ctx context.Context) error { return deleteAll(ctx, s) }
+		t.clean = func(ctx context.Context) error { return store.DeleteAll(ctx, s) }
 	}
 	return &t, nil
 }
@@ -259,27 +264,10 @@ func withLatency(s store.Store, d time.Duration) store.Store {
 	return f
 }
 
-// deleteAll deletes every object of s, a page at a time.
-func deleteAll(ctx context.Context, s store.Store) error {
-	for {
-		objs, _, err := s.List(ctx, "", "", store.DefaultListLimit)
-		if err != nil {
-			return fmt.Errorf("listing the run's objects: %w", err)
-		}
-		if len(objs) == 0 {
-			return nil
-		}
-		keys := make([]string, len(objs))
-		for i, obj := range objs {
-			keys[i] = obj.Key
-		}
-		if err := s.Delete(ctx, keys...); err != nil {
-			return fmt.Errorf("deleting the run's objects: %w", err)
-		}
-	}
-}
-
-// runOne runs one combination on a fresh stream and prints its rows.
+// runOne runs one combination on a fresh stream and prints its rows: the
+// workers start, register, are released together, and are measured for
+// o.Duration or, with o.Versions, window by window until the log is that
+// long.
 func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *printer) (err error) {
 	t, err := openTarget(ctx, o, name)
 	if err != nil {
@@ -307,73 +295,70 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := newRecorder(o.Versions)
-	f := &fleet{start: make(chan struct{}), stop: make(chan struct{}), ready: make(chan struct{}, c.producers), errs: make(chan error, c.producers)}
-	for i := range c.producers {
-		sp := spec{
-			StoreURL: t.url, StoreLatency: o.StoreLatency,
-			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
-			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
-		}
-		if o.Processes {
-			f.spawn(rctx, o, sp, rec)
-		} else {
-			f.goroutine(rctx, s, l, sp, rec, o.Logger)
-		}
-	}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(f.stop)
-		}
-	}
+	f := startFleet(rctx, o, c, t.url, s, l, rec)
 	// Whatever happens, stop the workers and wait for them before the
 	// store is cleaned up.
 	defer func() {
-		halt()
+		f.halt()
 		cancelLater := time.AfterFunc(o.Drain+time.Minute, cancel)
 		defer cancelLater.Stop()
 		if werr := f.wait(); werr != nil && err == nil {
 			err = werr
 		}
 	}()
-
 	// All producers are registered before the clock starts: registration
 	// is a commit too, and it is not what is measured.
-	for range c.producers {
-		select {
-		case <-f.ready:
-		case err := <-f.errs:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := f.registered(ctx, c.producers); err != nil {
+		return err
 	}
 	start := time.Now()
 	rec.begin(start, o.Versions == 0, o.Duration)
 	close(f.start)
 	row := func(w window) Row { return w.row(c, o) }
-
 	if o.Versions == 0 {
-		timer := time.NewTimer(o.Duration)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case err := <-f.errs:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		halt()
-		pr.print(row(rec.cut(start.Add(o.Duration))))
-		return nil
+		return shortRun(ctx, o, rec, f, pr, row, start)
 	}
-	return longRun(ctx, o, l, rec, f, pr, row, halt)
+	return longRun(ctx, o, l, rec, f, pr, row)
+}
+
+// startFleet starts c.producers workers, as processes or goroutines,
+// waiting for f.start.
+func startFleet(ctx context.Context, o *IngestOptions, c combo, url string, s store.Store, l *txn.Log, rec *recorder) *fleet {
+	f := &fleet{start: make(chan struct{}), stop: make(chan struct{}), ready: make(chan struct{}, c.producers), errs: make(chan error, c.producers)}
+	for i := range c.producers {
+		sp := spec{
+			StoreURL: url, StoreLatency: o.StoreLatency,
+			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
+			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
+		}
+		if o.Processes {
+			f.spawn(ctx, o, sp, rec)
+		} else {
+			f.goroutine(ctx, s, l, sp, rec, o.Logger)
+		}
+	}
+	return f
+}
+
+// shortRun prints one row for the o.Duration after start.
+func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr *printer, row func(window) Row, start time.Time) error {
+	timer := time.NewTimer(o.Duration)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case err := <-f.errs:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.halt()
+	pr.print(row(rec.cut(start.Add(o.Duration))))
+	return nil
 }
 
 // longRun prints a row per window until the log reaches o.Versions
 // versions, checkpointing and collecting garbage after every window.
-func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f *fleet, pr *printer, row func(window) Row, halt func()) error {
+func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f *fleet, pr *printer, row func(window) Row) error {
 	ticker := time.NewTicker(o.Duration)
 	defer ticker.Stop()
 	var admin sync.WaitGroup
@@ -392,7 +377,7 @@ func longRun(ctx context.Context, o *IngestOptions, l *txn.Log, rec *recorder, f
 			return ctx.Err()
 		}
 		if done {
-			halt()
+			f.halt()
 		}
 		pr.print(row(rec.cut(time.Now())))
 		if done {
@@ -440,6 +425,24 @@ type fleet struct {
 	ready       chan struct{} // one send per worker, once registered
 	errs        chan error    // buffered; a worker's failure
 	wg          sync.WaitGroup
+	halted      sync.Once // closes stop
+}
+
+// halt tells every worker to stop (once; later calls do nothing).
+func (f *fleet) halt() { f.halted.Do(func() { close(f.stop) }) }
+
+// registered waits until n workers have registered, or one failed.
+func (f *fleet) registered(ctx context.Context, n int) error {
+	for range n {
+		select {
+		case <-f.ready:
+		case err := <-f.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // goroutine starts one in-process worker.

@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,9 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/listen"
+	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -118,7 +118,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	url, _, err := subURL(o.StoreURL, "bench-read-"+randomHex(6))
+	url, err := store.SubURL(o.StoreURL, "bench-read-"+randomHex(6))
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	}
 	if !o.Keep {
 		defer func() {
-			if err := deleteAll(context.WithoutCancel(ctx), s); err != nil {
+			if err := store.DeleteAll(context.WithoutCancel(ctx), s); err != nil {
 				o.Logger.Warn("bench read: cleaning up", "store", url, "err", err)
 			}
 		}()
@@ -285,7 +285,7 @@ func readAll(ctx context.Context, files [][]benchFile, n int, read func(context.
 // readDirect reads the files with ranged GETs of the store client.
 func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]benchFile, n int) (ReadRow, error) {
 	dropCaches(o.Logger)
-	cpu0 := selfCPU()
+	cpu0 := procstat.SelfCPU()
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, _ []byte) error {
 		b, err := s.GetRange(ctx, f.key, f.off, f.size)
 		if err != nil {
@@ -299,7 +299,7 @@ func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]be
 	if err != nil {
 		return ReadRow{}, err
 	}
-	return row("direct", n, times, bytes, wall, bytes, bytes, 0, selfCPU()-cpu0), nil
+	return row("direct", n, times, bytes, wall, bytes, bytes, 0, procstat.SelfCPU()-cpu0), nil
 }
 
 // readMount reads the files through a fresh lakefs-mount child process.
@@ -310,15 +310,15 @@ func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchF
 	}
 	defer m.stop(o.Logger)
 	dropCaches(o.Logger)
-	cpu0, mcpu0 := selfCPU(), procCPU(m.Pid())
+	cpu0, mcpu0 := procstat.SelfCPU(), procstat.CPU(m.Pid())
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
 		return readFile(filepath.Join(m.Mountpoint(), f.path), f, buf)
 	})
 	if err != nil {
 		return ReadRow{}, err
 	}
-	cpu := selfCPU() - cpu0 + procCPU(m.Pid()) - mcpu0
-	rss := PeakRSS(m.Pid())
+	cpu := procstat.SelfCPU() - cpu0 + procstat.CPU(m.Pid()) - mcpu0
+	rss := procstat.PeakRSS(m.Pid())
 	fetched, served, err := m.counters(ctx)
 	if err != nil {
 		return ReadRow{}, err
@@ -366,52 +366,9 @@ func row(system string, n int, times []float64, bytes int64, wall time.Duration,
 // kernel cache start cold. It needs root; without it the numbers include
 // whatever the cache holds, so say so.
 func dropCaches(logger *slog.Logger) {
-	syscall.Sync()
-	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+	if err := procstat.DropCaches(); err != nil {
 		logger.Warn("bench read: cannot drop the page cache; reads may be served from it", "err", err)
 	}
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is a process's user + system CPU time from /proc/<pid>/stat.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line, in clock ticks (USER_HZ = 100).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	k, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+k) * 10 * time.Millisecond
-}
-
-// PeakRSS is a process's peak resident memory (VmHWM) in MiB, 0 if
-// unknown.
-func PeakRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // mountProc is one lakefs-mount child process, served and ready.
@@ -439,7 +396,7 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 	}
 	args := []string{"--store", url, "--node-id", "bench-read"}
 	if addr == "" {
-		if addr, err = freePort(); err != nil {
+		if addr, err = listen.FreeAddr(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--metrics-addr", addr)
@@ -451,15 +408,6 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 		return nil, err
 	}
 	return &mountProc{Proc: p, metrics: "http://" + addr + "/metrics"}, nil
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // counters scrapes the mount's bytes fetched and served.

@@ -9,11 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
-	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,25 +285,6 @@ func rawPutWith(ctx context.Context, put putFunc, sp spec, parts [][]byte, start
 		emit(event{Kind: "put", Time: now, Dur: now.Sub(t0)})
 	}
 	return ctx.Err()
-}
-
-// subURL returns the URL of prefix name under the store URL base and, for
-// a file:// store, the directory it names.
-func subURL(base, name string) (string, string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: store URL %q: %v", store.ErrInvalid, base, err)
-	}
-	switch u.Scheme {
-	case "file":
-		dir := filepath.Join(u.Path, filepath.FromSlash(name))
-		u.Path = filepath.ToSlash(dir)
-		return u.String(), dir, nil
-	case "s3":
-		u.Path = "/" + path.Join(strings.Trim(u.Path, "/"), name)
-		return u.String(), "", nil
-	}
-	return "", "", fmt.Errorf("%w: store URL %q: use file:///abs/dir, s3://bucket/prefix or mem://name", store.ErrInvalid, base)
 }
 
 // spawn starts one worker process and relays its events.

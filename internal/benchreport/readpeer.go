@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,12 +19,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/procstat"
+	"github.com/lakestream/lakestream/internal/s3test"
 )
 
 // ReadPeerOptions configure ReadPeers.
 type ReadPeerOptions struct {
-	Server   *S3Server
+	Server   *s3test.Server
 	Bucket   string
 	Ranks    int   // rank directories (default 4)
 	Files    int   // files per rank (default 16)
@@ -138,8 +138,10 @@ func readPass(ctx context.Context, o ReadPeerOptions, sys string, readers int, s
 	default:
 		return nil, fmt.Errorf("unknown read peer %q", sys)
 	}
-	dropCaches()
-	cpu0 := cpuSeconds(proc)
+	// Without root the pass reads what the kernel kept; the report says
+	// how it was run.
+	_ = procstat.DropCaches()
+	cpu0 := cpuTime(proc)
 	start := time.Now()
 	var mu sync.Mutex
 	var lat []float64
@@ -182,8 +184,8 @@ func readPass(ctx context.Context, o ReadPeerOptions, sys string, readers int, s
 		"fetched_bytes": 0.0, "served_bytes": float64(served), "file_bytes": float64(o.FileSize),
 	}
 	if proc != nil {
-		row["rss_mib"] = bench.PeakRSS(proc.Pid)
-		row["cpu_s_per_gb"] = (cpuSeconds(proc) - cpu0) / (float64(served) / 1e9)
+		row["rss_mib"] = procstat.PeakRSS(proc.Pid)
+		row["cpu_s_per_gb"] = (cpuTime(proc) - cpu0).Seconds() / (float64(served) / 1e9)
 	}
 	return row, nil
 }
@@ -231,7 +233,7 @@ func mountPeer(ctx context.Context, o ReadPeerOptions, sys string) (*peerMount, 
 		}
 		cmd = exec.CommandContext(ctx, "s3fs", o.Bucket, dir, "-f",
 			"-o", "url="+o.Server.Endpoint, "-o", "use_path_request_style",
-			"-o", "passwd_file="+pw, "-o", "endpoint="+o.Server.Region, "-o", "ro")
+			"-o", "passwd_file="+pw, "-o", "endpoint="+s3test.Region, "-o", "ro")
 	case PeerRclone:
 		cmd = exec.CommandContext(ctx, "rclone", "mount", "peer:"+o.Bucket, dir, "--read-only", "--vfs-cache-mode", "off")
 		// rclone 1.60 cannot apply AWS_CA_BUNDLE to its transport and
@@ -247,7 +249,7 @@ func mountPeer(ctx context.Context, o ReadPeerOptions, sys string) (*peerMount, 
 			"RCLONE_CONFIG_PEER_ACCESS_KEY_ID="+o.Server.AccessKey,
 			"RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY="+o.Server.SecretKey,
 			"RCLONE_CONFIG_PEER_ENDPOINT="+o.Server.Endpoint,
-			"RCLONE_CONFIG_PEER_REGION="+o.Server.Region)
+			"RCLONE_CONFIG_PEER_REGION="+s3test.Region)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -283,32 +285,11 @@ func (m *peerMount) unmount() {
 	_ = os.Remove(m.dir)
 }
 
-// dropCaches empties the page cache so that each pass reads from the
-// server (root only; without it the pass reads what the kernel kept).
-func dropCaches() {
-	syscall.Sync()
-	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200)
-}
-
-// cpuSeconds is the user+system CPU time of p (nil: this process).
-func cpuSeconds(p *os.Process) float64 {
+// cpuTime is the CPU time of the peer's mount process p (nil: this
+// process, which reads straight from S3).
+func cpuTime(p *os.Process) time.Duration {
 	if p == nil {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+		return procstat.SelfCPU()
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 12th and 13th, in clock ticks (100 per second on Linux).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	k, _ := strconv.ParseFloat(f[12], 64)
-	return (u + k) / 100
+	return procstat.CPU(p.Pid)
 }

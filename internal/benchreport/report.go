@@ -201,3 +201,12 @@ func describeMachine(ctx context.Context, produce, versitygw string) Machine {
 	}
 	return m
 }
+
+// firstLine is s's first line, trimmed.
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}

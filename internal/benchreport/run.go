@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/lakestream/lakestream/internal/s3test"
 )
 
 // Options configure Run. Zero fields take the defaults named.
@@ -91,7 +94,7 @@ func (o *Options) defaults() error {
 // env is what the sections share.
 type env struct {
 	o       *Options
-	s3      *S3Server
+	s3      *s3test.Server
 	work    string
 	produce string // path of lakefs-produce
 	buckets int
@@ -167,11 +170,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(s3dir, 0o755); err != nil {
 		return err
 	}
-	srv, err := StartS3(filepath.Join(o.Tools, "bin", "versitygw"), s3dir)
+	srv, err := startS3(filepath.Join(o.Tools, "bin", "versitygw"), s3dir)
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
+	defer srv.Stop(syscall.SIGTERM)
 	e := &env{o: &o, s3: srv, work: work, produce: produce}
 	rep := &Report{Env: describeMachine(ctx, produce, filepath.Join(o.Tools, "bin", "versitygw")), Date: began.UTC()}
 
@@ -227,4 +230,18 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// startS3 starts the report's versitygw (bin) with its data under dir and
+// its log beside dir: a line per upload that a finished run cuts short
+// stays out of the progress output.
+func startS3(bin, dir string) (*s3test.Server, error) {
+	lf, err := os.Create(filepath.Join(filepath.Dir(dir), "versitygw.log"))
+	if err != nil {
+		return nil, err
+	}
+	// The server holds its own copy of the descriptor.
+	defer lf.Close()
+	return s3test.Launch(s3test.LaunchOptions{Bin: bin, Dir: dir,
+		AccessKey: "lakestream-bench", SecretKey: "lakestream-bench-secret", Log: lf})
 }

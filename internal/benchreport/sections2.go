@@ -16,52 +16,70 @@ import (
 // read runs section 3: `bench read` (when this build has it) and the
 // read peers on the same versitygw.
 func (e *env) read(ctx context.Context, rep *Report) error {
-	o := e.o
-	sec := &Section{Title: "Read path"}
-	var rows []Row
-	var notes []string
-	hasRead := e.has(ctx, "read")
-	if hasRead {
-		for i := range o.Repeats {
-			bucket, err := e.newBucket(ctx, "read")
-			if err != nil {
-				return err
-			}
-			e.logf("bench read repeat %d/%d", i+1, o.Repeats)
-			t0 := time.Now()
-			got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"),
-				// The peers' data set: 4 ranks x 16 files x 4 MiB.
-				"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
-			for _, g := range got {
-				g["repeat"] = float64(i + 1)
-			}
-			rows = append(rows, got...)
-			if err != nil {
-				notes = append(notes, fmt.Sprintf("bench read, repeat %d: %v", i+1, err))
-				break
-			}
-			// The report's time budget holds at most about 3 minutes
-			// of bench read.
-			if took := time.Since(t0); took*time.Duration(i+2) > 3*time.Minute && i+1 < o.Repeats {
-				notes = append(notes, fmt.Sprintf("bench read took %s a run, so it ran %d time(s), not %d, to keep make bench within its budget", took.Round(time.Second), i+1, o.Repeats))
-				break
-			}
-		}
-	} else {
-		notes = append(notes, "`lakefs-produce bench read` does not exist in this build, so the lakefs-mount and direct rows of `bench read` are missing; the report picks them up once it lands.")
+	rows, notes, err := e.readMountRows(ctx)
+	if err != nil {
+		return err
 	}
 	bucket, err := e.newBucket(ctx, "peers")
 	if err != nil {
 		return err
 	}
 	e.logf("read peers")
-	peers, err := ReadPeers(ctx, ReadPeerOptions{Server: e.s3, Bucket: bucket, Repeats: o.Repeats, Log: o.Log})
+	peers, err := ReadPeers(ctx, ReadPeerOptions{Server: e.s3, Bucket: bucket, Repeats: e.o.Repeats, Log: e.o.Log})
 	rows = append(rows, peers...)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("read peers: %v", err))
 	}
-	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-produce bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
 	g := GroupRows(rows, "system", "readers")
+	e.readSection(rep, g, notes)
+	for _, readers := range []float64{1, 4} {
+		readHeadline(rep, g, readers)
+	}
+	return nil
+}
+
+// readMountRows runs bench read (lakefs-mount and direct store reads) up
+// to o.Repeats times, fewer if one run takes so long that the rest would
+// break the report's time budget.
+func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
+	o := e.o
+	if !e.has(ctx, "read") {
+		return nil, []string{"`lakefs-produce bench read` does not exist in this build, so the lakefs-mount and direct rows of `bench read` are missing; the report picks them up once it lands."}, nil
+	}
+	var rows []Row
+	var notes []string
+	for i := range o.Repeats {
+		bucket, err := e.newBucket(ctx, "read")
+		if err != nil {
+			return nil, nil, err
+		}
+		e.logf("bench read repeat %d/%d", i+1, o.Repeats)
+		t0 := time.Now()
+		got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"),
+			// The peers' data set: 4 ranks x 16 files x 4 MiB.
+			"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
+		for _, g := range got {
+			g["repeat"] = float64(i + 1)
+		}
+		rows = append(rows, got...)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("bench read, repeat %d: %v", i+1, err))
+			break
+		}
+		// The report's time budget holds at most about 3 minutes
+		// of bench read.
+		if took := time.Since(t0); took*time.Duration(i+2) > 3*time.Minute && i+1 < o.Repeats {
+			notes = append(notes, fmt.Sprintf("bench read took %s a run, so it ran %d time(s), not %d, to keep make bench within its budget", took.Round(time.Second), i+1, o.Repeats))
+			break
+		}
+	}
+	return rows, notes, nil
+}
+
+// readSection writes the read path's table, figure and notes.
+func (e *env) readSection(rep *Report, g *Group, notes []string) {
+	sec := &Section{Title: "Read path"}
+	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-produce bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
 	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB"}}
 	fig := Figure{Title: "Read throughput, page cache dropped", XLabel: "readers", YLabel: "MB/s (median, min-max)"}
 	series := map[string]*Series{}
@@ -86,42 +104,44 @@ func (e *env) read(ctx context.Context, rep *Report) error {
 		fig.Series = append(fig.Series, *series[n])
 	}
 	sec.printf("%s\n", t.Markdown())
-	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: --steps 16 --ranks 4 --size 4MiB --readers 1,4 (the same shape)", o.Repeats)))
+	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: --steps 16 --ranks 4 --size 4MiB --readers 1,4 (the same shape)", e.o.Repeats)))
 	sec.figure("read-mbps.png", fig)
 	for _, n := range notes {
 		sec.printf("Note: %s\n\n", n)
 	}
 	rep.Notes = append(rep.Notes, notes...)
 	rep.Sections = append(rep.Sections, sec)
+}
 
-	for _, readers := range []float64{1, 4} {
-		stat := func(sys string) Stat {
-			for _, k := range g.Keys {
-				if r := g.Rows[k]; r.Str("system") == sys && r.Num("readers") == readers {
-					return g.Stat(k, "mb_per_s")
-				}
-			}
-			return Stat{}
-		}
-		h := Headline{Figure: fmt.Sprintf("read MB/s, %v reader(s), through lakefs-mount", readers), Lakestream: stat("mount"),
-			Limit: stat("direct"), LimitName: "direct store reads", Unit: "MB/s"}
-		for _, p := range []string{PeerS3fs, PeerRclone} {
-			if s := stat(p); s.N > 0 && s.Med > h.Peer.Med {
-				h.Peer, h.PeerName = s, p
+// readHeadline compares lakefs-mount's read MB/s with readers readers to
+// direct store reads (the limit) and the best peer, and records a loss to
+// that peer.
+func readHeadline(rep *Report, g *Group, readers float64) {
+	stat := func(sys string) Stat {
+		for _, k := range g.Keys {
+			if r := g.Rows[k]; r.Str("system") == sys && r.Num("readers") == readers {
+				return g.Stat(k, "mb_per_s")
 			}
 		}
-		if h.Lakestream.N == 0 {
-			h.MissingComment = "no mount rows: `bench read` missing or failed"
-			if h.Peer.N > 0 {
-				h.MissingComment += fmt.Sprintf("; best peer %s %s MB/s", h.PeerName, h.Peer)
-			}
-		} else if h.Peer.N > 0 && h.Lakestream.Med < h.Peer.Med {
-			rep.Losses = append(rep.Losses, fmt.Sprintf("Reading with %v reader(s): lakefs-mount %s MB/s vs %s %s MB/s (%s).",
-				readers, num(h.Lakestream.Med), h.PeerName, num(h.Peer.Med), Ratio(h.Lakestream.Med, h.Peer.Med)))
-		}
-		rep.Summary = append(rep.Summary, h)
+		return Stat{}
 	}
-	return nil
+	h := Headline{Figure: fmt.Sprintf("read MB/s, %v reader(s), through lakefs-mount", readers), Lakestream: stat("mount"),
+		Limit: stat("direct"), LimitName: "direct store reads", Unit: "MB/s"}
+	for _, p := range []string{PeerS3fs, PeerRclone} {
+		if s := stat(p); s.N > 0 && s.Med > h.Peer.Med {
+			h.Peer, h.PeerName = s, p
+		}
+	}
+	if h.Lakestream.N == 0 {
+		h.MissingComment = "no mount rows: `bench read` missing or failed"
+		if h.Peer.N > 0 {
+			h.MissingComment += fmt.Sprintf("; best peer %s %s MB/s", h.PeerName, h.Peer)
+		}
+	} else if h.Peer.N > 0 && h.Lakestream.Med < h.Peer.Med {
+		rep.Losses = append(rep.Losses, fmt.Sprintf("Reading with %v reader(s): lakefs-mount %s MB/s vs %s %s MB/s (%s).",
+			readers, num(h.Lakestream.Med), h.PeerName, num(h.Peer.Med), Ratio(h.Lakestream.Med, h.Peer.Med)))
+	}
+	rep.Summary = append(rep.Summary, h)
 }
 
 func orNA(s Stat) string {
@@ -136,60 +156,91 @@ func orNA(s Stat) string {
 // after every round, and the bytes under data/ and _log/ are measured; a
 // second stream gets the same batches and no checkpoints.
 func (e *env) storage(ctx context.Context, rep *Report) error {
-	const rounds, batches, fileSize = 20, 5, 256 << 10
-	ranks := e.o.Ranks
-	type point struct{ step, data, log float64 }
-	streams := []struct {
-		name       string
-		checkpoint bool
-		pts        []point
-	}{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
-	buf := make([]byte, fileSize)
+	streams := []storageStream{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
 	for si := range streams {
-		s := &streams[si]
 		dir := filepath.Join(e.work, "storage", fmt.Sprint(si))
 		staging := filepath.Join(e.work, "staging", fmt.Sprint(si))
-		url := "file://" + dir
-		if err := e.cli(ctx, "init", "--store", url, "--ranks", fmt.Sprint(ranks)); err != nil {
+		if err := e.storageRun(ctx, &streams[si], dir, staging); err != nil {
 			return err
 		}
-		for round := range rounds {
-			for b := range batches {
-				bd := filepath.Join(staging, fmt.Sprintf("b%05d", round*batches+b))
-				for r := range ranks {
-					rd := filepath.Join(bd, fmt.Sprintf("rank-%d", r))
-					if err := os.MkdirAll(rd, 0o755); err != nil {
-						return err
-					}
-					if err := os.WriteFile(filepath.Join(rd, "sample.bin"), buf, 0o644); err != nil {
-						return err
-					}
-				}
-				if err := os.WriteFile(filepath.Join(bd, "_SEALED"), nil, 0o644); err != nil {
-					return err
-				}
-			}
-			if err := e.cli(ctx, "run", "--store", url, "--staging", staging, "--producer-id", "p1", "--once", "--progress", "log"); err != nil {
+	}
+	e.storageSection(rep, streams)
+	return nil
+}
+
+// The storage section's run: storageRounds rounds of storageBatches steps,
+// each of Ranks x one storageFileSize file.
+const storageRounds, storageBatches, storageFileSize = 20, 5, 256 << 10
+
+// storageStream is one stream of the storage section and its bytes in
+// the store after each round.
+type storageStream struct {
+	name       string
+	checkpoint bool // checkpoint at the head and gc after every round
+	pts        []storagePoint
+}
+
+type storagePoint struct{ step, data, log float64 }
+
+// storageRun creates s's stream in dir and runs its rounds through the
+// staging tree under staging, recording the store's bytes after each.
+func (e *env) storageRun(ctx context.Context, s *storageStream, dir, staging string) error {
+	url := "file://" + dir
+	if err := e.cli(ctx, "init", "--store", url, "--ranks", fmt.Sprint(e.o.Ranks)); err != nil {
+		return err
+	}
+	for round := range storageRounds {
+		if err := sealBatches(staging, round*storageBatches, storageBatches, e.o.Ranks, storageFileSize); err != nil {
+			return err
+		}
+		if err := e.cli(ctx, "run", "--store", url, "--staging", staging, "--producer-id", "p1", "--once", "--progress", "log"); err != nil {
+			return err
+		}
+		head, err := e.head(ctx, url)
+		if err != nil {
+			return err
+		}
+		if s.checkpoint {
+			if err := e.cli(ctx, "checkpoint", "--store", url, "--step", fmt.Sprint(head)); err != nil {
 				return err
 			}
-			head, err := e.head(ctx, url)
-			if err != nil {
+			if err := e.cli(ctx, "gc", "--store", url, "--grace", "0s"); err != nil {
 				return err
 			}
-			if s.checkpoint {
-				if err := e.cli(ctx, "checkpoint", "--store", url, "--step", fmt.Sprint(head)); err != nil {
-					return err
-				}
-				if err := e.cli(ctx, "gc", "--store", url, "--grace", "0s"); err != nil {
-					return err
-				}
+		}
+		s.pts = append(s.pts, storagePoint{step: float64(head), data: duBytes(filepath.Join(dir, "data")), log: duBytes(filepath.Join(dir, "_log"))})
+	}
+	return nil
+}
+
+// sealBatches writes n sealed batches numbered from first into the
+// staging tree, each of ranks x one sample.bin of size bytes.
+func sealBatches(staging string, first, n, ranks, size int) error {
+	buf := make([]byte, size)
+	for b := first; b < first+n; b++ {
+		bd := filepath.Join(staging, fmt.Sprintf("b%05d", b))
+		for r := range ranks {
+			rd := filepath.Join(bd, fmt.Sprintf("rank-%d", r))
+			if err := os.MkdirAll(rd, 0o755); err != nil {
+				return err
 			}
-			s.pts = append(s.pts, point{step: float64(head), data: duBytes(filepath.Join(dir, "data")), log: duBytes(filepath.Join(dir, "_log"))})
+			if err := os.WriteFile(filepath.Join(rd, "sample.bin"), buf, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(bd, "_SEALED"), nil, 0o644); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// storageSection writes the storage section and its headline.
+func (e *env) storageSection(rep *Report, streams []storageStream) {
+	ranks := e.o.Ranks
 	sec := &Section{Title: "Storage over a checkpointed run"}
 	sec.printf("A producer commits %d steps per round through the staging tree (`run --once`), each of %d ranks x one %s file; after every round the checkpointed stream records a checkpoint at the head and runs `gc --grace 0s`, the other stream never does. Bytes are the sizes of the files under data/ and _log/ of the file:// store (one run: the figures are deterministic up to file-system rounding).\n\n",
-		batches, ranks, Bytes(fileSize))
+		storageBatches, ranks, Bytes(storageFileSize))
 	t := Table{Header: []string{"step", "data/ checkpointed", "_log/ checkpointed", "data/ never checkpointed", "_log/ never checkpointed"}}
 	f := Figure{Title: "Bytes in the store vs step", XLabel: "step", YLabel: "MiB"}
 	for _, s := range streams {
@@ -207,7 +258,7 @@ func (e *env) storage(ctx context.Context, rep *Report) error {
 		a, b := streams[0].pts[i], streams[1].pts[i]
 		t.Rows = append(t.Rows, []string{fmt.Sprint(a.step), Bytes(a.data), Bytes(a.log), Bytes(b.data), Bytes(b.log)})
 	}
-	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, rounds, batches, Bytes(fileSize))))
+	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, storageRounds, storageBatches, Bytes(storageFileSize))))
 	sec.figure("storage.png", f)
 	last := len(streams[0].pts) - 1
 	a, b := streams[0].pts[last], streams[1].pts[last]
@@ -217,7 +268,6 @@ func (e *env) storage(ctx context.Context, rep *Report) error {
 		LimitName: "same stream never checkpointed", Unit: "MiB", LowerIsBetter: true,
 	})
 	rep.Sections = append(rep.Sections, sec)
-	return nil
 }
 
 // cli runs a lakefs-produce command that prints no rows.

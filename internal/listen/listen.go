@@ -1,7 +1,8 @@
 // Package listen opens the metrics listeners of the commands. An address
 // without a host (":9100", "9100") binds 127.0.0.1, not every interface:
 // metrics leave the machine only when the operator names a host
-// (0.0.0.0:9100 or an interface's address).
+// (0.0.0.0:9100 or an interface's address). FreeAddr picks a loopback
+// address for the child processes of tests and benchmarks.
 package listen
 
 import (
@@ -32,4 +33,16 @@ func TCP(addr string) (net.Listener, error) {
 		return nil, err
 	}
 	return net.Listen("tcp", a)
+}
+
+// FreeAddr is 127.0.0.1:PORT for a port free when asked, for a child
+// process (a test server, a benchmark's mount) to listen on. Another
+// process may take it before the child does; callers that can retry do.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port on 127.0.0.1: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

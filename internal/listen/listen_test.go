@@ -1,6 +1,9 @@
 package listen
 
-import "testing"
+import (
+	"net"
+	"testing"
+)
 
 // TestAddr: metrics bind loopback unless a host is named.
 func TestAddr(t *testing.T) {
@@ -22,4 +25,21 @@ func TestAddr(t *testing.T) {
 			t.Errorf("Addr(%q): no error", bad)
 		}
 	}
+}
+
+// TestFreeAddr: the address is on loopback and free to listen on.
+func TestFreeAddr(t *testing.T) {
+	a, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, err := net.SplitHostPort(a)
+	if err != nil || host != "127.0.0.1" {
+		t.Fatalf("FreeAddr() = %q (%v), want 127.0.0.1:PORT", a, err)
+	}
+	l, err := net.Listen("tcp", a)
+	if err != nil {
+		t.Fatalf("listening on FreeAddr() %s: %v", a, err)
+	}
+	l.Close()
 }

@@ -1,13 +1,16 @@
-// Package s3test starts a real S3-compatible server (versitygw) on 127.0.0.1
-// for tests. Under CI (CI set in the environment) a missing server binary is
-// a test failure; elsewhere the test is skipped with the install command.
+// Package s3test starts a real S3-compatible server (versitygw) on 127.0.0.1:
+// Start for tests, Launch for the benchmark report, which runs outside a
+// test. Under CI (CI set in the environment) a missing server binary is a
+// test failure; elsewhere the test is skipped with the install command.
 package s3test
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +27,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/lakestream/lakestream/internal/listen"
 )
 
 // Credentials the test server is started with; tests export them so that the
@@ -39,13 +44,14 @@ const InstallHint = "make tools (or: GOBIN=$PWD/.tools/bin go install github.com
 
 // Server is a running versitygw.
 type Server struct {
-	Endpoint string // http://127.0.0.1:port
-	Dir      string
-	bin      string
-	addr     string
-	access   string
-	secret   string
-	buckets  atomic.Int64
+	Endpoint  string // http://127.0.0.1:port
+	Dir       string
+	AccessKey string
+	SecretKey string
+	bin       string
+	addr      string
+	log       io.Writer
+	buckets   atomic.Int64
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // GUARDED_BY(mu); nil while stopped
@@ -98,37 +104,71 @@ func StartWithCredentials(t testing.TB, access, secret string) *Server {
 	t.Setenv("AWS_PROFILE", "")
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	s, err := Launch(LaunchOptions{Bin: bin, Dir: t.TempDir(), AccessKey: access, SecretKey: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop(syscall.SIGTERM) })
+	return s
+}
 
-	dir := t.TempDir()
-	for attempt := 0; ; attempt++ {
-		port, err := freePort()
+// LaunchOptions configure Launch. Zero fields take the defaults named.
+type LaunchOptions struct {
+	Bin                  string    // the versitygw binary (default: Binary())
+	Dir                  string    // its data directory; required
+	AccessKey, SecretKey string    // its credentials (default: AccessKey, SecretKey)
+	Log                  io.Writer // its output (default: os.Stderr)
+}
+
+// Launch starts versitygw on a free 127.0.0.1 port and waits until it
+// listens. The port is free when picked but another process may take it
+// first, so a server that does not come up is tried twice more on a new
+// port. The caller stops it with Stop.
+func Launch(o LaunchOptions) (*Server, error) {
+	if o.Dir == "" {
+		return nil, errors.New("s3test.Launch: no data directory")
+	}
+	if o.Bin == "" {
+		bin, err := Binary()
 		if err != nil {
-			t.Fatal(err)
+			return nil, fmt.Errorf("versitygw not found (install it with %s): %w", InstallHint, err)
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		s := &Server{Endpoint: "http://" + addr, Dir: dir, bin: bin, addr: addr, access: access, secret: secret}
+		o.Bin = bin
+	}
+	if o.AccessKey == "" {
+		o.AccessKey, o.SecretKey = AccessKey, SecretKey
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	for attempt := 0; ; attempt++ {
+		addr, err := listen.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Endpoint: "http://" + addr, Dir: o.Dir, AccessKey: o.AccessKey, SecretKey: o.SecretKey,
+			bin: o.Bin, addr: addr, log: o.Log}
 		if err := s.start(); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if waitListening(addr, 15*time.Second) {
-			t.Cleanup(func() { s.Stop(syscall.SIGTERM) })
-			return s
+			return s, nil
 		}
 		s.Stop(syscall.SIGTERM)
 		if attempt == 2 {
-			t.Fatalf("versitygw did not start listening on %s", addr)
+			return nil, fmt.Errorf("versitygw did not start listening on %s", addr)
 		}
 	}
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin, "--access", s.access, "--secret", s.secret, "--region", Region,
+	cmd := exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", Region,
 		"--port", s.addr, "--quiet", "posix", s.Dir)
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
+	cmd.Stdout = s.log
+	cmd.Stderr = s.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start versitygw: %w", err)
+		return fmt.Errorf("starting versitygw %s (install it with %s): %w", s.bin, InstallHint, err)
 	}
 	s.mu.Lock()
 	s.cmd = cmd
@@ -176,15 +216,6 @@ func (s *Server) Restart() error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // waitListening polls until addr accepts connections. A server that
 // exits early (say, the port was taken) is noticed by the deadline.
 func waitListening(addr string, d time.Duration) bool {
@@ -201,7 +232,7 @@ func waitListening(addr string, d time.Duration) bool {
 func (s *Server) Client() *s3.Client {
 	cfg, _ := config.LoadDefaultConfig(context.Background(),
 		config.WithRegion(Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.access, s.secret, "")))
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")))
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		o.BaseEndpoint = aws.String(s.Endpoint)
 		o.UsePathStyle = true
@@ -216,10 +247,35 @@ func (s *Server) NewBucket(t testing.TB) string {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	name := fmt.Sprintf("b%d-%s", s.buckets.Add(1), hex.EncodeToString(rnd[:]))
-	if _, err := s.Client().CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		t.Fatalf("create bucket %s: %v", name, err)
+	if err := s.CreateBucket(t.Context(), name); err != nil {
+		t.Fatal(err)
 	}
 	return name
+}
+
+// CreateBucket creates bucket name.
+func (s *Server) CreateBucket(ctx context.Context, name string) error {
+	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("creating bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+// Env is this process's environment with the server's credentials in
+// place of any AWS settings, for a child process that reaches the server
+// through the standard AWS chain.
+func (s *Server) Env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_ACCESS_KEY_ID=") && !strings.HasPrefix(kv, "AWS_SECRET_ACCESS_KEY=") &&
+			!strings.HasPrefix(kv, "AWS_REGION=") && !strings.HasPrefix(kv, "AWS_PROFILE=") &&
+			!strings.HasPrefix(kv, "AWS_CONFIG_FILE=") && !strings.HasPrefix(kv, "AWS_SHARED_CREDENTIALS_FILE=") {
+			env = append(env, kv)
+		}
+	}
+	none := filepath.Join(os.TempDir(), "lakestream-no-aws-config")
+	return append(env, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey,
+		"AWS_REGION="+Region, "AWS_PROFILE=", "AWS_CONFIG_FILE="+none, "AWS_SHARED_CREDENTIALS_FILE="+none)
 }
 
 // URL returns a store URL for bucket/prefix on this server.

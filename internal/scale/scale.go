@@ -40,7 +40,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -190,7 +190,7 @@ func (c *countingStore) Create(ctx context.Context, key string, r io.Reader, siz
 
 func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 	run := fmt.Sprintf("scale-%d-%d", ranks, time.Now().UnixNano())
-	url, err := subURL(o.StoreURL, run)
+	url, err := store.SubURL(o.StoreURL, run)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,11 @@ func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 		return err
 	}
 	if !o.Keep {
-		defer deleteAll(context.WithoutCancel(ctx), dst)
+		defer func() {
+			if err := store.DeleteAll(context.WithoutCancel(ctx), dst); err != nil {
+				o.Logger.Warn("bench scale: cleaning up", "store", url, "err", err)
+			}
+		}()
 	}
 	row := Row{Kind: "stream", Ranks: ranks, Files: o.Files, Steps: o.Steps, Versions: o.Versions}
 	// Build in memory with the real producer, then copy: the copy is
@@ -309,10 +313,8 @@ func produce(ctx context.Context, l *txn.Log, o Options, ranks int, row *Row, cs
 	}
 	var newest uint64
 	err = store.Walk(ctx, l.Store, txn.LogPrefix, "", func(i store.Info) error {
-		if strings.HasSuffix(i.Key, ".snap.json") {
-			if v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(i.Key, txn.LogPrefix), ".snap.json"), 10, 64); err == nil && v > newest {
-				newest, row.SnapshotTotal = v, int(i.Size)
-			}
+		if v, ok := txn.ParseSnapshotKey(i.Key); ok && v > newest {
+			newest, row.SnapshotTotal = v, int(i.Size)
 		}
 		return nil
 	})
@@ -338,23 +340,6 @@ func copyAll(ctx context.Context, src, dst store.Store) error {
 	return g.Wait()
 }
 
-func deleteAll(ctx context.Context, s store.Store) {
-	var keys []string
-	_ = store.Walk(ctx, s, "", "", func(i store.Info) error { keys = append(keys, i.Key); return nil })
-	_ = s.Delete(ctx, keys...)
-}
-
-// subURL is base with run appended to its path (a directory for file://,
-// a key prefix for s3://).
-func subURL(base, run string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", fmt.Errorf("bench scale: store URL: %w", err)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + run
-	return u.String(), nil
-}
-
 // mountProc is one lakefs-mount child process, served and ready.
 type mountProc struct{ *proc.Proc }
 
@@ -377,35 +362,6 @@ func startMount(ctx context.Context, o Options, storeURL, node string, extra ...
 func (m *mountProc) stop() {
 	_ = m.Stop()
 	os.Remove(m.Mountpoint())
-}
-
-// startMounts starts k mounts showing rank 0 in parallel and waits until
-// each serves the view; on an error it stops those that started.
-func startMounts(ctx context.Context, o Options, url, mode string, k int) ([]*mountProc, error) {
-	mounts := make([]*mountProc, k)
-	errs := make([]error, k)
-	var wg sync.WaitGroup
-	for i := range k {
-		wg.Go(func() {
-			mounts[i], errs[i] = startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		stopMounts(mounts)
-		return nil, err
-	}
-	return mounts, nil
-}
-
-func stopMounts(mounts []*mountProc) {
-	var wg sync.WaitGroup
-	for _, m := range mounts {
-		if m != nil {
-			wg.Go(m.stop)
-		}
-	}
-	wg.Wait()
 }
 
 // measureMount starts one lakefs-mount (all ranks shown, default flags),
@@ -470,7 +426,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 		}
 	}
 	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
-	row.MountRSSMiB = bench.PeakRSS(m.Pid())
+	row.MountRSSMiB = procstat.PeakRSS(m.Pid())
 	return nil
 }
 
@@ -543,9 +499,9 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		return row, err
 	}
 	head, _ := st.Head()
-	var mounts []*mountProc
-	defer func() { stopMounts(mounts) }()
-	if mounts, err = startMounts(ctx, o, mountURL, mode, k); err != nil {
+	mounts, err := startMounts(ctx, o, mountURL, mode, k)
+	defer stopMounts(mounts)
+	if err != nil {
 		return row, err
 	}
 	// Settle: start-up reads (snapshot, versions, first heartbeat) are not
@@ -555,40 +511,8 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	if proxy != nil {
 		reqs0, gets0 = proxy.reqs.Load(), proxy.gets.Load()
 	}
-	wctx, cancel := context.WithTimeout(ctx, o.Window)
-	defer cancel()
-	var seen []float64
-	var seenMu sync.Mutex
-	g, gctx := errgroup.WithContext(wctx)
-	if mode == "follow" {
-		committed := make(map[int64]time.Time)
-		var cmu sync.Mutex
-		g.Go(func() error { return followProducer(gctx, l, o, committed, &cmu) })
-		for _, m := range mounts {
-			g.Go(func() error {
-				for n := head + 1; ; n++ {
-					f := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
-					_, err := os.ReadFile(f)
-					if gctx.Err() != nil {
-						return nil
-					}
-					if err != nil {
-						return fmt.Errorf("reader of %s: %w", m.Mountpoint(), err)
-					}
-					cmu.Lock()
-					at, ok := committed[n]
-					cmu.Unlock()
-					if ok {
-						seenMu.Lock()
-						seen = append(seen, ms(time.Since(at)))
-						seenMu.Unlock()
-					}
-				}
-			})
-		}
-	}
-	<-wctx.Done()
-	if err := g.Wait(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	seen, err := runWindow(ctx, o, l, mounts, head, mode)
+	if err != nil {
 		return row, err
 	}
 	if proxy != nil {
@@ -601,6 +525,82 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		row.SeenP50Ms, row.SeenMaxMs = seen[len(seen)/2], seen[len(seen)-1]
 	}
 	return row, nil
+}
+
+// startMounts starts k mounts of rank 0 in parallel and waits until each
+// serves the view. The mounts it returns, even with an error, are for
+// stopMounts.
+func startMounts(ctx context.Context, o Options, url, mode string, k int) ([]*mountProc, error) {
+	mounts := make([]*mountProc, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			mounts[i], errs[i] = startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(mounts, func(m *mountProc) bool { return m == nil }), errors.Join(errs...)
+}
+
+func stopMounts(mounts []*mountProc) {
+	var wg sync.WaitGroup
+	for _, m := range mounts {
+		wg.Go(m.stop)
+	}
+	wg.Wait()
+}
+
+// runWindow lets o.Window pass. In follow mode a producer commits and a
+// reader per mount follows the head; it returns how long after each
+// commit a reader saw the step, in ms.
+func runWindow(ctx context.Context, o Options, l *txn.Log, mounts []*mountProc, head int64, mode string) ([]float64, error) {
+	wctx, cancel := context.WithTimeout(ctx, o.Window)
+	defer cancel()
+	var seen []float64
+	var seenMu sync.Mutex
+	g, gctx := errgroup.WithContext(wctx)
+	if mode == "follow" {
+		committed := make(map[int64]time.Time)
+		var cmu sync.Mutex
+		g.Go(func() error { return followProducer(gctx, l, o, committed, &cmu) })
+		for _, m := range mounts {
+			g.Go(func() error {
+				return followReader(gctx, m, head, func(n int64) {
+					cmu.Lock()
+					at, ok := committed[n]
+					cmu.Unlock()
+					if ok {
+						seenMu.Lock()
+						seen = append(seen, ms(time.Since(at)))
+						seenMu.Unlock()
+					}
+				})
+			})
+		}
+	}
+	<-wctx.Done()
+	if err := g.Wait(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return nil, err
+	}
+	return seen, nil
+}
+
+// followReader opens each step's first file of rank 0 after head as soon
+// as the mount shows it (a --wait lookup), as a trainer at the head does,
+// and calls saw with the step; it returns nil when ctx ends.
+func followReader(ctx context.Context, m *mountProc, head int64, saw func(step int64)) error {
+	for n := head + 1; ; n++ {
+		f := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
+		_, err := os.ReadFile(f)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reader of %s: %w", m.Mountpoint(), err)
+		}
+		saw(n)
+	}
 }
 
 // followProducer commits one small step a second and records when each

@@ -1,0 +1,49 @@
+package txn
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The parsers of the keys format.go builds: each accepts exactly what its
+// builder writes, so a foreign object under the same prefix never parses.
+
+// ParseVersionKey returns the version of a _log/<v>.json key.
+func ParseVersionKey(key string) (uint64, bool) {
+	return parseLogKey(key, ".json")
+}
+
+// ParseSnapshotKey returns the version of a _log/<v>.snap.json key.
+func ParseSnapshotKey(key string) (uint64, bool) {
+	return parseLogKey(key, ".snap.json")
+}
+
+// parseLogKey parses _log/<20 digits><suffix>.
+func parseLogKey(key, suffix string) (uint64, bool) {
+	name, ok := strings.CutPrefix(key, LogPrefix)
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(num) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	return v, err == nil
+}
+
+// ParseDataKey returns whose upload an object under data/ is:
+// data/<producer>/<epoch>/<seq>/<name>, the directory of ObjectKey's pack
+// with any file name (an upload may write others).
+func ParseDataKey(key string) (producer string, epoch, seq uint64, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(key, DataPrefix), "/")
+	if !strings.HasPrefix(key, DataPrefix) || len(parts) != 4 || parts[0] == "" || parts[3] == "" {
+		return "", 0, 0, false
+	}
+	epoch, err1 := strconv.ParseUint(parts[1], 10, 64)
+	seq, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return parts[0], epoch, seq, true
+}
