@@ -113,7 +113,7 @@ const (
 	MaxReadAhead = 1 << 30
 	// MinCacheSize is the least any stream can use (MinBlocks blocks of
 	// the smallest chunk); the stream's own chunk size may need more.
-	MinCacheSize = cache.MinBlocks * 4096
+	MinCacheSize = cache.MinBlocks * txn.MinChunkSize
 )
 
 func (o *Options) setDefaults() error {
