@@ -11,6 +11,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 // memFS is a one-file go-fuse filesystem: the foreign (or, named lakefs,
@@ -49,7 +51,7 @@ func TestAbortRefusesForeignFUSE(t *testing.T) {
 	dir := t.TempDir()
 	mountMemFS(t, dir, "memfs")
 	err := Abort(dir)
-	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "fuse.memfs") || !strings.Contains(err.Error(), "not a lakefs mount") {
+	if !errors.Is(err, flagval.ErrUsage) || !strings.Contains(err.Error(), "fuse.memfs") || !strings.Contains(err.Error(), "not a lakefs mount") {
 		t.Fatalf("Abort of a foreign FUSE mount = %v; want a usage error naming fuse.memfs", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "file")); err != nil || string(b) != "data\n" {

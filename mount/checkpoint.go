@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -153,9 +154,9 @@ func checkCheckpointDir(dir string, log *slog.Logger) error {
 	case errors.Is(err, os.ErrNotExist):
 		log.Warn("--checkpoint-dir does not exist yet; checkpoints are recorded once the trainer creates it and saves one there", "dir", dir)
 	case err != nil:
-		return Usagef("--checkpoint-dir %s: %v", dir, err)
+		return flagval.Usagef("--checkpoint-dir %s: %v", dir, err)
 	case !fi.IsDir():
-		return Usagef("--checkpoint-dir %s is a file; pass the directory the trainer saves its checkpoints in", dir)
+		return flagval.Usagef("--checkpoint-dir %s is a file; pass the directory the trainer saves its checkpoints in", dir)
 	}
 	return nil
 }

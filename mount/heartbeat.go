@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -122,6 +123,6 @@ func checkNodeIDFree(ctx context.Context, s store.Store, id string, now time.Tim
 	if hb.Host == host && (hb.PID == os.Getpid() || hb.PID <= 0 || unix.Kill(hb.PID, 0) == unix.ESRCH) {
 		return nil
 	}
-	return usageError{fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
-		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second))}
+	return flagval.Usage(fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
+		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second)))
 }

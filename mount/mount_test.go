@@ -5,45 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
-
-func TestParseRanks(t *testing.T) {
-	for in, want := range map[string][]int{
-		"0":         {0},
-		"0-3,8":     {0, 1, 2, 3, 8},
-		"8, 0-2, 1": {0, 1, 2, 8},
-		"5-5":       {5},
-	} {
-		got, err := ParseRanks(in)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("ParseRanks(%q) = %v, %v; want %v", in, got, err, want)
-		}
-		if back, _ := ParseRanks(FormatRanks(got)); !slices.Equal(back, got) {
-			t.Errorf("FormatRanks(%v) = %q does not parse back", got, FormatRanks(got))
-		}
-	}
-	for _, in := range []string{"", "a", "-1", "3-1", "1-", "1,,2", "0-99999999"} {
-		if got, err := ParseRanks(in); !errors.Is(err, ErrUsage) {
-			t.Errorf("ParseRanks(%q) = %v, %v; want a usage error", in, got, err)
-		}
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"256MiB": 256 << 20, "2GiB": 2 << 30, "1048576": 1 << 20, "1 GiB": 1 << 30} {
-		if got, err := ParseSize("--cache-size", in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "lots", "0", "-1MiB"} {
-		if _, err := ParseSize("--cache-size", in); !errors.Is(err, ErrUsage) {
-			t.Errorf("ParseSize(%q): %v, want a usage error", in, err)
-		}
-	}
-}
 
 func TestUnescapeMountinfo(t *testing.T) {
 	if got := unescapeMountinfo(`/mnt/a\040b\011c\134d`); got != "/mnt/a b\tc\\d" {
@@ -58,7 +24,7 @@ func TestValidateNodeID(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"", ".", "..", "a/b", "a b", string(make([]byte, 129))} {
-		if err := validateNodeID(id); !errors.Is(err, ErrUsage) {
+		if err := validateNodeID(id); !errors.Is(err, flagval.ErrUsage) {
 			t.Errorf("%q: %v, want a usage error", id, err)
 		}
 	}
@@ -130,7 +96,7 @@ func TestCheckpointDirMistakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := Run(t.Context(), Options{Store: "file://" + t.TempDir(), Mountpoint: t.TempDir(), CheckpointDir: file, NodeID: "n"})
-	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--checkpoint-dir "+file+" is a file") {
+	if !errors.Is(err, flagval.ErrUsage) || !strings.Contains(err.Error(), "--checkpoint-dir "+file+" is a file") {
 		t.Fatalf("Run with a file as --checkpoint-dir = %v; want a usage error naming it", err)
 	}
 	var logged strings.Builder

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 // ErrInUse: the mount point already has a live filesystem mounted on it.
@@ -134,11 +136,11 @@ func prepare(path string, log *slog.Logger, tries int) error {
 		}
 		return fmt.Errorf("mount point %s does not answer (a hung filesystem is mounted there); free it with: %s", path, hint)
 	case errors.Is(err, os.ErrNotExist):
-		return Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
+		return flagval.Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
 	case err != nil:
 		return fmt.Errorf("mount point %s: %w", path, err)
 	case !fi.IsDir():
-		return Usagef("mount point %s is not a directory", path)
+		return flagval.Usagef("mount point %s is not a directory", path)
 	}
 	m, ok, err := findMount(path)
 	if err != nil {
@@ -217,10 +219,10 @@ func Abort(path string) error {
 		return err
 	}
 	if !ok {
-		return Usagef("nothing is mounted on %s; nothing to abort", abs)
+		return flagval.Usagef("nothing is mounted on %s; nothing to abort", abs)
 	}
 	if m.fstype != FSType {
-		return Usagef("%s has a %s filesystem (%s) mounted, not a lakefs mount (%s); refusing to abort it", abs, m.fstype, m.source, FSType)
+		return flagval.Usagef("%s has a %s filesystem (%s) mounted, not a lakefs mount (%s); refusing to abort it", abs, m.fstype, m.source, FSType)
 	}
 	dev, err := devNumber(m.dev)
 	if err != nil {
@@ -243,11 +245,11 @@ func Abort(path string) error {
 func resolveMountpoint(path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", Usagef("mount point %q: %v", path, err)
+		return "", flagval.Usagef("mount point %q: %v", path, err)
 	}
 	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
 	if err != nil {
-		return "", Usagef("mount point %s: %v", abs, err)
+		return "", flagval.Usagef("mount point %s: %v", abs, err)
 	}
 	abs = filepath.Join(dir, filepath.Base(abs))
 	if _, ok, err := findMount(abs); err != nil || ok {
