@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -171,7 +169,7 @@ func (o *Options) setDefaults() error {
 	if err := validateNodeID(o.NodeID); err != nil {
 		return err
 	}
-	return nil
+	return checkCheckpointDir(o.CheckpointDir, o.Logger)
 }
 
 func validateNodeID(id string) error {
@@ -190,9 +188,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log := o.Logger
 	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
-		return err
-	}
-	if err := checkCheckpointDir(o.CheckpointDir, log); err != nil {
 		return err
 	}
 	st, err := store.Open(ctx, o.Store)
@@ -285,14 +280,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		log.Info("serving metrics", "addr", metricsAddr, "paths", "/metrics /health")
-		srv := m.metrics.server(o.Profiling, m.health)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "err", err)
-			}
-		}()
-		defer srv.Close()
+		defer m.metrics.serve(ln, o.Profiling, m.health, log).Close()
 	}
 
 	server, err := gofs.Mount(o.Mountpoint, m.root, m.root.MountOptions(o.AllowOther, o.Debug))
