@@ -178,10 +178,12 @@ func (r *Root) MountOptions(allowOther, debug bool) *gofs.Options {
 			DirectMount:       true,
 			DirectMountStrict: true,
 			AllowOther:        allowOther,
-			FsName:            "lakefs",
-			Name:              "lakefs",
-			MaxWrite:          MaxRead,
-			MaxReadAhead:      MaxRead,
+			// The type "fuse.lakefs" in the mount table is how
+			// lakefs-mount --abort knows a mount is ours.
+			FsName:       "lakefs",
+			Name:         "lakefs",
+			MaxWrite:     MaxRead,
+			MaxReadAhead: MaxRead,
 			// go-fuse logs a splice warning on every 1 MiB reply otherwise.
 			DisableSplice: true,
 			// head is FOPEN_DIRECT_IO; let it be mmapped like any file.

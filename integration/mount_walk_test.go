@@ -22,7 +22,7 @@ import (
 func TestMountWalkComplete(t *testing.T) {
 	mntRequireFUSE(t)
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 4, 64<<10)
+	l := mntNewStream(t, url, 2, 64<<10)
 	p := mntNewProducer(t, l, "p1", 200, 1)
 	const steps = 320
 	var waits []func() (int64, error)
@@ -78,7 +78,7 @@ func TestMountWalkComplete(t *testing.T) {
 		}
 		return n, ""
 	}
-	for round := range 3 {
+	for round := range 2 {
 		var wg sync.WaitGroup
 		for w, f := range []func() (int, string){find, walk, find, walk} {
 			wg.Go(func() {
