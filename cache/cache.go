@@ -77,7 +77,7 @@ type Options struct {
 	// Size is the memory budget for blocks, in bytes (see the package doc
 	// for how it is split). It must hold at least MinBlocks blocks.
 	Size int64
-	// Fetchers bounds concurrent prefetch GETs (default 16). Reads by
+	// Fetchers bounds concurrent prefetch GETs (default DefaultFetchers). Reads by
 	// applications are not bounded by it.
 	Fetchers int
 	// MaxRun is how many consecutive blocks one prefetch GET may fetch
@@ -91,6 +91,19 @@ type Options struct {
 
 // MinBlocks is the smallest budget, in blocks, that Options.Size may give.
 const MinBlocks = 16
+
+// DefaultFetchers is Options.Fetchers when it is not set.
+const DefaultFetchers = 16
+
+// CheckSize checks a cache budget of size bytes against the stream's
+// chunk size: it must hold at least MinBlocks blocks.
+func CheckSize(size, chunkSize int64) error {
+	if size < MinBlocks*chunkSize {
+		return fmt.Errorf("holds fewer than %d blocks of this stream's %d bytes; give at least %d bytes",
+			MinBlocks, chunkSize, MinBlocks*chunkSize)
+	}
+	return nil
+}
 
 // Stats are the cache's counters since New.
 type Stats struct {
@@ -289,12 +302,11 @@ func New(o Options) (*Cache, error) {
 	if o.ChunkSize <= 0 {
 		return nil, fmt.Errorf("cache: chunk size %d must be positive", o.ChunkSize)
 	}
-	if o.Size < MinBlocks*o.ChunkSize {
-		return nil, fmt.Errorf("cache size %d bytes holds fewer than %d blocks of %d bytes; give at least %d bytes",
-			o.Size, MinBlocks, o.ChunkSize, MinBlocks*o.ChunkSize)
+	if err := CheckSize(o.Size, o.ChunkSize); err != nil {
+		return nil, fmt.Errorf("cache size %d bytes: %w", o.Size, err)
 	}
 	if o.Fetchers <= 0 {
-		o.Fetchers = 16
+		o.Fetchers = DefaultFetchers
 	}
 	if o.MaxRun <= 0 {
 		o.MaxRun = 8
