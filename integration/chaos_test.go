@@ -309,8 +309,59 @@ func chaosLastStep(path string) int64 {
 	return steps[len(steps)-1].Step
 }
 
+// chaosRun runs the chaos against srv: the cluster starts, the writer
+// writes while the faults go on, the cluster quiets down, and then every
+// read is checked against what the writer sealed and the store against
+// its status.
 func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
-	const producers = 4
+	c := chaosSetUp(t, srv, o)
+	c.startCluster()
+	start := time.Now()
+	w := c.startWriter()
+	tr := c.startTraining()
+	zombies := c.injectFaults(start, w.done)
+	<-w.done
+	if w.err != nil {
+		t.Fatalf("writer: %v\n%s", w.err, w.stderr)
+	}
+	chaosTime := time.Since(start)
+
+	want := c.drain()
+	tr.stop()
+	c.stop()
+	sum := c.checkReads(want)
+	sum.liveSteps, sum.dataObjs = c.checkStore(int64(len(want)))
+	sum.server, sum.chaosTime, sum.zombies = srv.Name(), chaosTime, len(zombies)
+	sum.ckpts, sum.gcRuns, sum.steps = tr.ckpts, tr.gcRuns, int64(len(want))
+	c.summarize(sum)
+}
+
+// chaosCluster is one chaos run's stream, staging disk and processes.
+type chaosCluster struct {
+	t        *testing.T
+	srv      chaosS3
+	o        chaosOptions
+	bin      string // lakefs-produce
+	writer   string // testdata/writer
+	url      string
+	staging  string // the tmpfs
+	manifest string // the writer's record
+	ids      []string
+	dirs     map[string]string // producer id: its staging directory
+	prods    map[string]*chaosSup
+	nodes    []*chaosNode
+	stats    *chaosStats
+	ctx      context.Context
+	cancel   context.CancelFunc
+	procs    sync.WaitGroup
+}
+
+// chaosProducers is how many `lakefs-produce run` processes commit.
+const chaosProducers = 4
+
+// chaosSetUp builds the binaries, creates the stream and the staging
+// tmpfs, and says how to start each supervised process.
+func chaosSetUp(t *testing.T, srv chaosS3, o chaosOptions) *chaosCluster {
 	bin, writer := prdBins(t)
 	mountBin := mntBuildMount(t)
 	reader := filepath.Join(t.TempDir(), "reader")
@@ -321,127 +372,161 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 	prdMust(t, bin, "init", "--store", url, "--ranks", strconv.Itoa(chaosRanks), "--snapshot-every", "50")
 
 	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
+	c := &chaosCluster{t: t, srv: srv, o: o, bin: bin, writer: writer, url: url,
+		staging: filepath.Join(root, "staging"), manifest: filepath.Join(root, "manifest.jsonl"),
+		dirs: map[string]string{}, prods: map[string]*chaosSup{},
+		stats: &chaosStats{faults: map[string]int{}, exits: map[string]int{}}}
+	if err := os.Mkdir(c.staging, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", staging, "tmpfs", 0, "size="+o.TmpfsSize); err != nil {
+	if err := syscall.Mount("tmpfs", c.staging, "tmpfs", 0, "size="+o.TmpfsSize); err != nil {
 		t.Fatalf("mounting a tmpfs for the staging disk: %v", err)
 	}
-	t.Cleanup(func() { _ = syscall.Unmount(staging, syscall.MNT_DETACH) })
-	manifest := filepath.Join(root, "manifest.jsonl")
-	dirs := map[string]string{}
-	var ids []string
-	for i := range producers {
+	t.Cleanup(func() { _ = syscall.Unmount(c.staging, syscall.MNT_DETACH) })
+	for i := range chaosProducers {
 		id := fmt.Sprintf("p%d", i)
-		ids = append(ids, id)
-		dirs[id] = filepath.Join(staging, id)
-		if err := os.Mkdir(dirs[id], 0o755); err != nil {
+		c.ids = append(c.ids, id)
+		c.dirs[id] = filepath.Join(c.staging, id)
+		if err := os.Mkdir(c.dirs[id], 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-
-	stats := &chaosStats{faults: map[string]int{}, exits: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var procs sync.WaitGroup
-
-	prods := map[string]*chaosSup{}
-	for _, id := range ids {
-		prods[id] = &chaosSup{name: "producer " + id, kind: "producer", stats: stats, t: t, start: func() *exec.Cmd {
-			return exec.Command(bin, "run", "--store", url, "--staging", dirs[id], "--producer-id", id,
+		c.prods[id] = &chaosSup{name: "producer " + id, kind: "producer", stats: c.stats, t: t, start: func() *exec.Cmd {
+			return exec.Command(bin, "run", "--store", url, "--staging", c.dirs[id], "--producer-id", id,
 				"--poll", "100ms", "--max-lead", "40", "--progress", "log")
 		}}
 	}
-	var nodes []*chaosNode
 	for i, name := range []string{"a", "b"} {
-		n := &chaosNode{name: name, mnt: filepath.Join(root, "mnt-"+name), out: filepath.Join(root, "read-"+name+".jsonl")}
-		for r := i * chaosRanks / 2; r < (i+1)*chaosRanks/2; r++ {
-			n.ranks = append(n.ranks, r)
-		}
-		if err := os.Mkdir(n.mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		rs := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(n.ranks)), ","), "[]")
-		n.mount = &chaosSup{name: "mount " + name, kind: "mount", stats: stats, t: t,
-			reap: func() { mntAbortFUSE(t, n.mnt, true) },
-			start: func() *exec.Cmd {
-				return exec.Command(mountBin, "--store", url, "--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
-					"--cache-size", "128MiB", "--prefetch-steps", "4", "--poll-interval", "50ms", "--heartbeat-interval", "1s", n.mnt)
-			}}
-		n.reader = &chaosSup{name: "reader " + name, kind: "reader", stats: stats, t: t, start: func() *exec.Cmd {
-			return exec.Command(reader, "-mnt", n.mnt, "-ranks", rs, "-out", n.out)
+		c.nodes = append(c.nodes, c.node(root, name, i, mountBin, reader))
+	}
+	return c
+}
+
+// node is training node name: a mount of its half of the ranks and its
+// reader.
+func (c *chaosCluster) node(root, name string, i int, mountBin, reader string) *chaosNode {
+	t := c.t
+	n := &chaosNode{name: name, mnt: filepath.Join(root, "mnt-"+name), out: filepath.Join(root, "read-"+name+".jsonl")}
+	for r := i * chaosRanks / 2; r < (i+1)*chaosRanks/2; r++ {
+		n.ranks = append(n.ranks, r)
+	}
+	if err := os.Mkdir(n.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rs := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(n.ranks)), ","), "[]")
+	n.mount = &chaosSup{name: "mount " + name, kind: "mount", stats: c.stats, t: t,
+		reap: func() { mntAbortFUSE(t, n.mnt, true) },
+		start: func() *exec.Cmd {
+			return exec.Command(mountBin, "--store", c.url, "--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
+				"--cache-size", "128MiB", "--prefetch-steps", "4", "--poll-interval", "50ms", "--heartbeat-interval", "1s", n.mnt)
 		}}
-		nodes = append(nodes, n)
+	n.reader = &chaosSup{name: "reader " + name, kind: "reader", stats: c.stats, t: t, start: func() *exec.Cmd {
+		return exec.Command(reader, "-mnt", n.mnt, "-ranks", rs, "-out", n.out)
+	}}
+	return n
+}
+
+// startCluster starts the supervised producers, mounts and readers.
+func (c *chaosCluster) startCluster() {
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for _, p := range c.prods {
+		c.procs.Go(func() { p.run(c.ctx) })
 	}
-	for _, p := range prods {
-		procs.Go(func() { p.run(ctx) })
-	}
-	for _, n := range nodes {
-		procs.Go(func() { n.mount.run(ctx) })
-		mntWaitFor(t, 30*time.Second, "mount "+n.name, func() bool {
+	for _, n := range c.nodes {
+		c.procs.Go(func() { n.mount.run(c.ctx) })
+		mntWaitFor(c.t, 30*time.Second, "mount "+n.name, func() bool {
 			_, err := os.Stat(filepath.Join(n.mnt, "head"))
 			return err == nil
 		})
-		procs.Go(func() { n.reader.run(ctx) })
+		c.procs.Go(func() { n.reader.run(c.ctx) })
 	}
-	t.Cleanup(func() {
-		cancel()
-		procs.Wait()
-		for _, n := range nodes {
+	c.t.Cleanup(func() {
+		c.cancel()
+		c.procs.Wait()
+		for _, n := range c.nodes {
 			_ = syscall.Unmount(n.mnt, syscall.MNT_DETACH)
 		}
 	})
+}
 
-	// The writer: every sealed batch and every file's SHA-256 go to the
-	// manifest before _SEALED.
-	start := time.Now()
-	wcmd, _, wstderr := prdCommand(ctx, writer, "-manifest", manifest, "-ranks", strconv.Itoa(chaosRanks),
-		"-from", "0", "-count", strconv.Itoa(o.Batches), "-seed", "11", "-pause", o.Pause.String(),
-		"-dir", "p0="+dirs["p0"], "-dir", "p1="+dirs["p1"], "-dir", "p2="+dirs["p2"], "-dir", "p3="+dirs["p3"])
-	if err := wcmd.Start(); err != nil {
-		t.Fatal(err)
+// chaosWriter is the running writer process.
+type chaosWriter struct {
+	done   chan struct{} // closed when it has exited
+	err    error         // its exit, once done
+	stderr *prdOutput
+}
+
+// startWriter starts the writer: every sealed batch and every file's
+// SHA-256 go to the manifest before _SEALED.
+func (c *chaosCluster) startWriter() *chaosWriter {
+	args := []string{"-manifest", c.manifest, "-ranks", strconv.Itoa(chaosRanks),
+		"-from", "0", "-count", strconv.Itoa(c.o.Batches), "-seed", "11", "-pause", c.o.Pause.String()}
+	for _, id := range c.ids {
+		args = append(args, "-dir", id+"="+c.dirs[id])
 	}
-	writerDone := make(chan struct{})
-	var writerErr error
-	go func() { writerErr = wcmd.Wait(); close(writerDone) }()
+	cmd, _, stderr := prdCommand(c.ctx, c.writer, args...)
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	w := &chaosWriter{done: make(chan struct{}), stderr: stderr}
+	go func() { w.err = cmd.Wait(); close(w.done) }()
+	return w
+}
 
-	// Training's side: checkpoint what both readers finished, then gc.
-	var train sync.WaitGroup
-	trainCtx, stopTrain := context.WithCancel(ctx)
-	var gcRuns, ckpts int
-	train.Go(func() {
+// chaosTraining is training's side of the run: it checkpoints what both
+// readers finished, then runs gc, every few seconds.
+type chaosTraining struct {
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	ckpts, gcRuns int // read after stop
+}
+
+func (tr *chaosTraining) stop() {
+	tr.cancel()
+	tr.wg.Wait()
+}
+
+func (c *chaosCluster) startTraining() *chaosTraining {
+	tr := &chaosTraining{}
+	ctx, cancel := context.WithCancel(c.ctx)
+	tr.cancel = cancel
+	tr.wg.Go(func() {
 		last := int64(-1)
-		for trainCtx.Err() == nil {
+		for ctx.Err() == nil {
 			select {
-			case <-trainCtx.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(3 * time.Second):
 			}
-			done := min(chaosLastStep(nodes[0].out), chaosLastStep(nodes[1].out))
+			done := min(chaosLastStep(c.nodes[0].out), chaosLastStep(c.nodes[1].out))
 			if done > last {
 				// The store may be down: a failed checkpoint or gc is retried
 				// on the next round, as a training script would.
-				if _, _, code := prdExecCtx(trainCtx, bin, "checkpoint", "--store", url, "--step", strconv.FormatInt(done, 10)); code == 0 {
+				if _, _, code := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
 					last = done
-					ckpts++
+					tr.ckpts++
 				}
 			}
-			if _, _, code := prdExecCtx(trainCtx, bin, "gc", "--store", url, "--grace", "2m"); code == 0 {
-				gcRuns++
+			if _, _, code := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
+				tr.gcRuns++
 			}
 		}
 	})
+	return tr
+}
 
-	// The faults. Each kind is injected at least once, in random order,
-	// then at random until the writer is done and MinChaos has passed.
-	// Producer SIGKILLs run on their own, more often.
+// chaosKinds are the faults besides producer SIGKILLs; each is injected
+// at least once.
+var chaosKinds = []string{"mount SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "producer SIGSTOP (hung)",
+	"S3 SIGKILL", "S3 SIGTERM", "staging disk full", "mount SIGSTOP (hung)"}
+
+// injectFaults injects each kind of fault at least once, in random order,
+// then at random until the writer is done and MinChaos has passed.
+// Producer SIGKILLs run on their own, more often. It returns how each
+// woken zombie exited.
+func (c *chaosCluster) injectFaults(start time.Time, writerDone <-chan struct{}) []string {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
-	var zombies []string
-	var zmu sync.Mutex
-	killerDone := make(chan struct{})
-	chaosUntil := time.Now().Add(o.MinChaos)
-	chaosOver := func() bool {
+	chaosUntil := time.Now().Add(c.o.MinChaos)
+	over := func() bool {
 		select {
 		case <-writerDone:
 			return time.Now().After(chaosUntil)
@@ -449,166 +534,213 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 			return false
 		}
 	}
+	killerDone := make(chan struct{})
 	krng := rand.New(rand.NewPCG(rng.Uint64(), 1)) // seeded here: rng is this goroutine's
 	go func() {
 		defer close(killerDone)
-		for !chaosOver() && ctx.Err() == nil {
+		for !over() && c.ctx.Err() == nil {
 			time.Sleep(time.Second + time.Duration(krng.Int64N(int64(3*time.Second))))
-			prods[ids[krng.IntN(len(ids))]].kill()
-			stats.fault("producer SIGKILL")
+			c.prods[c.ids[krng.IntN(len(c.ids))]].kill()
+			c.stats.fault("producer SIGKILL")
 		}
 	}()
-	kinds := []string{"mount SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "producer SIGSTOP (hung)",
-		"S3 SIGKILL", "S3 SIGTERM", "staging disk full", "mount SIGSTOP (hung)"}
+	kinds := slices.Clone(chaosKinds)
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	var zombies []string
+	var zmu sync.Mutex
 	var zombieWG sync.WaitGroup
-	for i := 0; ; i++ {
-		if i >= len(kinds) && chaosOver() {
-			break
-		}
-		kind := ""
+	for i := 0; i < len(kinds) || !over(); i++ {
+		var kind string
 		if i < len(kinds) {
 			kind = kinds[i]
 		} else {
 			kind = kinds[rng.IntN(len(kinds))]
 		}
 		time.Sleep(2*time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
-		stats.fault(kind)
-		t.Logf("%6.1fs: %s", time.Since(start).Seconds(), kind)
-		switch kind {
-		case "mount SIGKILL":
-			n := nodes[rng.IntN(len(nodes))]
-			n.reader.kill()
-			n.mount.kill()
-		case "mount SIGSTOP (hung)":
-			// Its reader blocks meanwhile; the mount answers again after.
-			nodes[rng.IntN(len(nodes))].mount.pause(o.StopFor)
-		case "producer SIGSTOP (zombie)":
-			p := prods[ids[rng.IntN(len(ids))]]
+		c.stats.fault(kind)
+		c.t.Logf("%6.1fs: %s", time.Since(start).Seconds(), kind)
+		if kind == "producer SIGSTOP (zombie)" {
+			p := c.prods[c.ids[rng.IntN(len(c.ids))]]
 			zombieWG.Go(func() {
-				code, tail := p.zombie(o.StopFor)
+				z := c.wakeZombie(p)
 				zmu.Lock()
-				defer zmu.Unlock()
-				zombies = append(zombies, fmt.Sprintf("%s: exit %d", p.name, code))
-				t.Logf("zombie %s woke up and exited %d: %s", p.name, code, lastLine(tail))
-				if code == 0 {
-					t.Errorf("%s woke up as a zombie and exited 0; want it fenced: %s", p.name, tail)
-				}
+				zombies = append(zombies, z)
+				zmu.Unlock()
 			})
-		case "producer SIGSTOP (hung)":
-			prods[ids[rng.IntN(len(ids))]].pause(o.StopFor)
-		case "S3 SIGKILL", "S3 SIGTERM":
-			sig := syscall.SIGKILL
-			if kind == "S3 SIGTERM" {
-				sig = syscall.SIGTERM
-			}
-			srv.Stop(sig)
-			time.Sleep(o.Outage)
-			if err := srv.Restart(); err != nil {
-				t.Fatalf("restarting %s: %v", srv.Name(), err)
-			}
-		case "staging disk full":
-			chaosFillDisk(t, staging, o.StopFor)
+			continue
 		}
+		c.inject(kind, rng)
 	}
 	<-killerDone
 	zombieWG.Wait()
-	<-writerDone
-	if writerErr != nil {
-		t.Fatalf("writer: %v\n%s", writerErr, wstderr)
-	}
-	chaosTime := time.Since(start)
+	return zombies
+}
 
-	// Quiet: the supervised producers drain their staging directories.
-	for id, dir := range dirs {
+// wakeZombie SIGSTOPs p while a new incarnation takes over, wakes it and
+// checks it found itself fenced.
+func (c *chaosCluster) wakeZombie(p *chaosSup) string {
+	code, tail := p.zombie(c.o.StopFor)
+	c.t.Logf("zombie %s woke up and exited %d: %s", p.name, code, lastLine(tail))
+	if code == 0 {
+		c.t.Errorf("%s woke up as a zombie and exited 0; want it fenced: %s", p.name, tail)
+	}
+	return fmt.Sprintf("%s: exit %d", p.name, code)
+}
+
+// inject injects one fault of kind (not a zombie) and returns when it is
+// over.
+func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
+	switch kind {
+	case "mount SIGKILL":
+		n := c.nodes[rng.IntN(len(c.nodes))]
+		n.reader.kill()
+		n.mount.kill()
+	case "mount SIGSTOP (hung)":
+		// Its reader blocks meanwhile; the mount answers again after.
+		c.nodes[rng.IntN(len(c.nodes))].mount.pause(c.o.StopFor)
+	case "producer SIGSTOP (hung)":
+		c.prods[c.ids[rng.IntN(len(c.ids))]].pause(c.o.StopFor)
+	case "S3 SIGKILL", "S3 SIGTERM":
+		sig := syscall.SIGKILL
+		if kind == "S3 SIGTERM" {
+			sig = syscall.SIGTERM
+		}
+		c.srv.Stop(sig)
+		time.Sleep(c.o.Outage)
+		if err := c.srv.Restart(); err != nil {
+			c.t.Fatalf("restarting %s: %v", c.srv.Name(), err)
+		}
+	case "staging disk full":
+		chaosFillDisk(c.t, c.staging, c.o.StopFor)
+	}
+}
+
+// drain lets the supervised producers drain their staging directories and
+// the readers read to the head, and returns what the writer sealed.
+func (c *chaosCluster) drain() map[string]prdRecord {
+	t := c.t
+	for id, dir := range c.dirs {
 		if !prdWaitFor(3*time.Minute, func() bool {
 			left, err := prdSealed(dir)
 			return err == nil && len(left) == 0
 		}) {
 			left, _ := prdSealed(dir)
 			t.Fatalf("producer %s: sealed batches %v left in %s after 3 min of quiet\nreaders at %d, %d\ncurrent incarnation:\n%s\nlast exit:\n%s",
-				id, left, dir, chaosLastStep(nodes[0].out), chaosLastStep(nodes[1].out), prods[id].tail(), prods[id].last)
+				id, left, dir, chaosLastStep(c.nodes[0].out), chaosLastStep(c.nodes[1].out), c.prods[id].tail(), c.prods[id].last)
 		}
 	}
-	want := prdReadManifest(t, manifest)
-	if len(want) != producers*o.Batches {
-		t.Fatalf("the writer recorded %d batches, want %d", len(want), producers*o.Batches)
+	want := prdReadManifest(t, c.manifest)
+	if len(want) != chaosProducers*c.o.Batches {
+		t.Fatalf("the writer recorded %d batches, want %d", len(want), chaosProducers*c.o.Batches)
 	}
 	total := int64(len(want))
-	for _, n := range nodes {
+	for _, n := range c.nodes {
 		if !prdWaitFor(3*time.Minute, func() bool { return chaosLastStep(n.out) >= total-1 }) {
 			t.Fatalf("reader %s: read up to step %d of %d in 3 min of quiet\nreader: %s\nmount: %s",
 				n.name, chaosLastStep(n.out), total-1, n.reader.last, n.mount.last)
 		}
 	}
-	stopTrain()
-	train.Wait()
-	cancel()
-	procs.Wait()
-	for _, id := range ids {
-		prdCheckStagingEmpty(t, dirs[id])
-	}
+	return want
+}
 
-	// The checks.
-	var bytesRead, files, mismatches, dups, losses int64
-	var stall time.Duration
+// stop stops every supervised process and checks the staging directories
+// were left empty.
+func (c *chaosCluster) stop() {
+	c.cancel()
+	c.procs.Wait()
+	for _, id := range c.ids {
+		prdCheckStagingEmpty(c.t, c.dirs[id])
+	}
+}
+
+// chaosSummary is what the run ends with.
+type chaosSummary struct {
+	server                   string
+	chaosTime, stall         time.Duration
+	zombies, ckpts, gcRuns   int
+	steps, files, bytesRead  int64
+	mismatches, dups, losses int64
+	liveSteps                int
+	dataObjs                 int
+}
+
+// checkReads checks that each reader read every step once, contiguous
+// from 0, each the batch the writer sealed with every file of the node's
+// ranks byte for byte, and that every sealed batch is a step.
+func (c *chaosCluster) checkReads(want map[string]prdRecord) chaosSummary {
+	var sum chaosSummary
 	stepOf := map[string]int64{}
-	for _, n := range nodes {
+	for _, n := range c.nodes {
 		steps, err := chaosReaderSteps(n.out)
 		if err != nil {
-			t.Fatal(err)
+			c.t.Fatal(err)
 		}
 		for i, s := range steps {
 			if s.Step != int64(i) {
-				t.Errorf("reader %s: record %d is step %d: steps are not contiguous from 0", n.name, i, s.Step)
+				c.t.Errorf("reader %s: record %d is step %d: steps are not contiguous from 0", n.name, i, s.Step)
 				break
 			}
-			stall = max(stall, time.Duration(s.WaitedMS)*time.Millisecond)
+			sum.stall = max(sum.stall, time.Duration(s.WaitedMS)*time.Millisecond)
 			k := prdKey(s.Producer, s.Batch)
 			if prev, ok := stepOf[k]; ok && prev != s.Step {
-				dups++
-				t.Errorf("batch %s is step %d and step %d", k, prev, s.Step)
+				sum.dups++
+				c.t.Errorf("batch %s is step %d and step %d", k, prev, s.Step)
 			}
 			stepOf[k] = s.Step
-			rec, ok := want[k]
-			if !ok || !rec.Sealed {
-				mismatches++
-				t.Errorf("node %s step %d: batch %q was never sealed by the writer", n.name, s.Step, k)
-				continue
-			}
-			wantFiles := map[string]prdFile{}
-			for _, f := range rec.Files {
-				if f.Rank == -1 || slices.Contains(n.ranks, f.Rank) {
-					wantFiles[fmt.Sprintf("%d/%s", f.Rank, f.Name)] = f
-				}
-			}
-			for _, f := range s.Files {
-				files++
-				bytesRead += f.Size
-				key := fmt.Sprintf("%d/%s", f.Rank, f.Name)
-				w, ok := wantFiles[key]
-				delete(wantFiles, key)
-				if !ok || w.SHA256 != f.SHA256 || w.Size != f.Size {
-					mismatches++
-					t.Errorf("node %s step %d (%s) file rank %d %s: read %d bytes sha256 %.12s, writer wrote %d bytes sha256 %.12s",
-						n.name, s.Step, k, f.Rank, f.Name, f.Size, f.SHA256, w.Size, w.SHA256)
-				}
-			}
-			for key := range wantFiles {
-				mismatches++
-				t.Errorf("node %s step %d (%s): file %s missing", n.name, s.Step, k, key)
-			}
+			c.checkStep(n, s, want[k], &sum)
 		}
 	}
 	for k := range want {
 		if _, ok := stepOf[k]; !ok {
-			losses++
-			t.Errorf("sealed batch %s is no step", k)
+			sum.losses++
+			c.t.Errorf("sealed batch %s is no step", k)
 		}
 	}
 	for _, w := range want {
-		stall = max(stall, time.Duration(w.WaitedMS)*time.Millisecond)
+		sum.stall = max(sum.stall, time.Duration(w.WaitedMS)*time.Millisecond)
 	}
+	return sum
+}
+
+// checkStep checks one step node n read against rec, the batch the writer
+// sealed under the same name.
+func (c *chaosCluster) checkStep(n *chaosNode, s chaosStep, rec prdRecord, sum *chaosSummary) {
+	k := prdKey(s.Producer, s.Batch)
+	if !rec.Sealed {
+		sum.mismatches++
+		c.t.Errorf("node %s step %d: batch %q was never sealed by the writer", n.name, s.Step, k)
+		return
+	}
+	wantFiles := map[string]prdFile{}
+	for _, f := range rec.Files {
+		if f.Rank == -1 || slices.Contains(n.ranks, f.Rank) {
+			wantFiles[fmt.Sprintf("%d/%s", f.Rank, f.Name)] = f
+		}
+	}
+	for _, f := range s.Files {
+		sum.files++
+		sum.bytesRead += f.Size
+		key := fmt.Sprintf("%d/%s", f.Rank, f.Name)
+		w, ok := wantFiles[key]
+		delete(wantFiles, key)
+		if !ok || w.SHA256 != f.SHA256 || w.Size != f.Size {
+			sum.mismatches++
+			c.t.Errorf("node %s step %d (%s) file rank %d %s: read %d bytes sha256 %.12s, writer wrote %d bytes sha256 %.12s",
+				n.name, s.Step, k, f.Rank, f.Name, f.Size, f.SHA256, w.Size, w.SHA256)
+		}
+	}
+	for key := range wantFiles {
+		sum.mismatches++
+		c.t.Errorf("node %s step %d (%s): file %s missing", n.name, s.Step, k, key)
+	}
+}
+
+// checkStore checks the stream verifies, ends at step total-1, and after a
+// final checkpoint at the head and gc without grace holds in data/
+// exactly what the live steps need. It returns the live steps and data
+// objects left.
+func (c *chaosCluster) checkStore(total int64) (live, dataObjs int) {
+	t, bin, url := c.t, c.bin, c.url
 	if out, errs, code := prdExec(t, bin, "verify", "--store", url); code != 0 {
 		t.Errorf("verify: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -616,48 +748,49 @@ func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 	if st.Head == nil || *st.Head != total-1 {
 		t.Errorf("status: head %v, want %d", st.Head, total-1)
 	}
-	// A final checkpoint at the head and gc without grace: data/ then
-	// holds exactly what the live steps need.
 	prdMust(t, bin, "checkpoint", "--store", url, "--step", strconv.FormatInt(total-1, 10))
 	prdMust(t, bin, "gc", "--store", url, "--grace", "0s")
 	st = prdGetStatus(t, bin, url)
-	dataObjs, dataBytes := chaosListData(t, srv, url)
+	dataObjs, dataBytes := chaosListData(t, c.srv, url)
 	if dataBytes != st.DataBytes {
 		t.Errorf("after the final gc data/ holds %d objects of %d bytes; the %d live steps need %d bytes", dataObjs, dataBytes, st.Live.Count, st.DataBytes)
 	}
 	if out, errs, code := prdExec(t, bin, "verify", "--store", url); code != 0 {
 		t.Errorf("verify after the final gc: exit %d\n%s\n%s", code, out, errs)
 	}
+	return int(st.Live.Count), dataObjs
+}
 
-	// The summary.
-	stats.mu.Lock()
-	defer stats.mu.Unlock()
+// summarize logs the run's table and fails it if a kind of fault was
+// never injected.
+func (c *chaosCluster) summarize(sum chaosSummary) {
+	c.stats.mu.Lock()
+	defer c.stats.mu.Unlock()
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "server\t%s\t\n", srv.Name())
-	fmt.Fprintf(tw, "chaos phase\t%s\t\n", chaosTime.Round(time.Second))
-	kindNames := slices.Sorted(maps.Keys(stats.faults))
-	for _, k := range kindNames {
-		fmt.Fprintf(tw, "fault: %s\t%d\t\n", k, stats.faults[k])
+	fmt.Fprintf(tw, "server\t%s\t\n", sum.server)
+	fmt.Fprintf(tw, "chaos phase\t%s\t\n", sum.chaosTime.Round(time.Second))
+	for _, k := range slices.Sorted(maps.Keys(c.stats.faults)) {
+		fmt.Fprintf(tw, "fault: %s\t%d\t\n", k, c.stats.faults[k])
 	}
-	for _, k := range slices.Sorted(maps.Keys(stats.exits)) {
-		fmt.Fprintf(tw, "exited by itself: %s\t%d\t\n", k, stats.exits[k])
+	for _, k := range slices.Sorted(maps.Keys(c.stats.exits)) {
+		fmt.Fprintf(tw, "exited by itself: %s\t%d\t\n", k, c.stats.exits[k])
 	}
-	fmt.Fprintf(tw, "zombies woken\t%d\t\n", len(zombies))
-	fmt.Fprintf(tw, "checkpoints / gc runs\t%d / %d\t\n", ckpts, gcRuns)
-	fmt.Fprintf(tw, "steps\t%d\t\n", total)
-	fmt.Fprintf(tw, "files read\t%d\t\n", files)
-	fmt.Fprintf(tw, "bytes read\t%d\t\n", bytesRead)
-	fmt.Fprintf(tw, "mismatches\t%d\t\n", mismatches)
-	fmt.Fprintf(tw, "duplicates\t%d\t\n", dups)
-	fmt.Fprintf(tw, "losses\t%d\t\n", losses)
-	fmt.Fprintf(tw, "longest stall\t%s\t\n", stall.Round(time.Millisecond))
-	fmt.Fprintf(tw, "live steps / data objects after gc\t%d / %d\t\n", st.Live.Count, dataObjs)
+	fmt.Fprintf(tw, "zombies woken\t%d\t\n", sum.zombies)
+	fmt.Fprintf(tw, "checkpoints / gc runs\t%d / %d\t\n", sum.ckpts, sum.gcRuns)
+	fmt.Fprintf(tw, "steps\t%d\t\n", sum.steps)
+	fmt.Fprintf(tw, "files read\t%d\t\n", sum.files)
+	fmt.Fprintf(tw, "bytes read\t%d\t\n", sum.bytesRead)
+	fmt.Fprintf(tw, "mismatches\t%d\t\n", sum.mismatches)
+	fmt.Fprintf(tw, "duplicates\t%d\t\n", sum.dups)
+	fmt.Fprintf(tw, "losses\t%d\t\n", sum.losses)
+	fmt.Fprintf(tw, "longest stall\t%s\t\n", sum.stall.Round(time.Millisecond))
+	fmt.Fprintf(tw, "live steps / data objects after gc\t%d / %d\t\n", sum.liveSteps, sum.dataObjs)
 	_ = tw.Flush()
-	t.Logf("chaos summary:\n%s", table.String())
+	c.t.Logf("chaos summary:\n%s", table.String())
 	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "S3 SIGKILL", "S3 SIGTERM", "staging disk full"} {
-		if stats.faults[k] == 0 {
-			t.Errorf("no %s was injected: the run did not test it", k)
+		if c.stats.faults[k] == 0 {
+			c.t.Errorf("no %s was injected: the run did not test it", k)
 		}
 	}
 }

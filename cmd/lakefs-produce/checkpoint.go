@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -36,7 +37,7 @@ A step that is not committed yet, or one gc has reclaimed past, is refused
 			}
 			o.Store = c.String("store")
 			if c.IsSet("step") && o.Step < 0 {
-				return usagef("--step %d: steps are numbered from 0; pass a committed step", o.Step)
+				return flagval.Usagef("--step %d: steps are numbered from 0; pass a committed step", o.Step)
 			}
 			return checkpoint(c.Context, o, c.App.Writer)
 		},
@@ -45,7 +46,7 @@ A step that is not committed yet, or one gc has reclaimed past, is refused
 
 func checkpoint(ctx context.Context, o checkpointOptions, stdout io.Writer) error {
 	if o.Step < 0 {
-		return usagef("--step S is required (a committed step number)")
+		return flagval.Usagef("--step S is required (a committed step number)")
 	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -58,7 +59,7 @@ below the step it reads, and names it; --force reclaims anyway.`,
 
 func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	if o.Grace < 0 {
-		return usagef("--grace must not be negative (got %s)", o.Grace)
+		return flagval.Usagef("--grace must not be negative (got %s)", o.Grace)
 	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
@@ -88,24 +89,24 @@ watching until SIGINT or SIGTERM.`,
 func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.Staging == "":
-		return usagef("--staging DIR is required")
+		return flagval.Usagef("--staging DIR is required")
 	case o.ProducerID == "":
-		return usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
+		return flagval.Usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
 	case o.MaxLead < 0:
-		return usagef("--max-lead must not be negative (got %d)", o.MaxLead)
+		return flagval.Usagef("--max-lead must not be negative (got %d)", o.MaxLead)
 	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
-		return usagef("--progress %q: use auto, line or log", o.Progress)
+		return flagval.Usagef("--progress %q: use auto, line or log", o.Progress)
 	}
 	if err := txn.ValidateProducerID(o.ProducerID); err != nil {
-		return usagef("--producer-id: %v", err)
+		return flagval.Usagef("--producer-id: %v", err)
 	}
 	strategy, err := txn.NewStrategy(o.Strategy)
 	if err != nil {
-		return usagef("--strategy: %v", err)
+		return flagval.Usagef("--strategy: %v", err)
 	}
 	tree, err := stage.Open(o.Staging)
 	if err != nil {
-		return usageError{err.Error()}
+		return flagval.Usage(err)
 	}
 	s, err := openStore(ctx, o.Store)
 	if err != nil {
@@ -204,7 +205,7 @@ func (m *runMetrics) batch(e stage.BatchEvent) {
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
 	ln, err := listen.TCP(addr)
 	if err != nil {
-		return nil, usagef("--metrics-addr %s: %v", addr, err)
+		return nil, flagval.Usagef("--metrics-addr %s: %v", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

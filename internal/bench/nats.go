@@ -42,40 +42,11 @@ func runNATS(ctx context.Context, o *IngestOptions, c combo, pr *printer) error 
 		return fmt.Errorf("nats store dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: dir,
-		// A 16 MiB TGB of 4 ranks makes 4 MiB messages; the default is 1 MiB.
-		MaxPayload: 64 << 20, MaxPending: 256 << 20,
-		SyncAlways: c.strategy == NATSFsync,
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		return fmt.Errorf("nats server: %w", err)
-	}
-	ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("nats server: not ready after 10s")
-	}
-
-	admin, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		return fmt.Errorf("nats connect: %w", err)
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
+	ns, err := startNATS(ctx, dir, c.strategy == NATSFsync)
 	if err != nil {
 		return err
 	}
-	// Old messages are discarded past 2 GiB so a long run cannot fill the
-	// disk; a Lakestream run's prefix is deleted afterwards the same way.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "TGB", Subjects: []string{"tgb.>"}, Storage: jetstream.FileStorage,
-		MaxBytes: 2 << 30, Discard: jetstream.DiscardOld,
-	}); err != nil {
-		return fmt.Errorf("nats stream: %w", err)
-	}
+	defer ns.Shutdown()
 
 	parts := make([][]byte, o.Ranks)
 	for r := range parts {
@@ -120,6 +91,49 @@ func runNATS(ctx context.Context, o *IngestOptions, c combo, pr *printer) error 
 	}
 	pr.print(rec.cut(t0.Add(o.Duration)).row(c, o))
 	return nil
+}
+
+// startNATS starts an embedded JetStream server storing under dir
+// (fsync: sync before every ack) with the stream TGB the producers
+// publish to. The caller shuts it down.
+func startNATS(ctx context.Context, dir string, fsync bool) (*server.Server, error) {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: dir,
+		// A 16 MiB TGB of 4 ranks makes 4 MiB messages; the default is 1 MiB.
+		MaxPayload: 64 << 20, MaxPending: 256 << 20,
+		SyncAlways: fsync,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("nats server: not ready after 10s")
+	}
+	admin, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("nats connect: %w", err)
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	// Old messages are discarded past 2 GiB so a long run cannot fill the
+	// disk; a Lakestream run's prefix is deleted afterwards the same way.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TGB", Subjects: []string{"tgb.>"}, Storage: jetstream.FileStorage,
+		MaxBytes: 2 << 30, Discard: jetstream.DiscardOld,
+	}); err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("nats stream: %w", err)
+	}
+	return ns, nil
 }
 
 // natsProduce publishes TGBs, one message per rank part, until stop.

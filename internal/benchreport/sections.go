@@ -27,12 +27,25 @@ func seriesOf(r Row) string {
 // all of them run one after the other, so the peers share the machine's
 // state.
 func (e *env) ingest(ctx context.Context, rep *Report) error {
+	rows, err := e.ingestRows(ctx, rep)
+	if err != nil {
+		return err
+	}
+	g := GroupRows(rows, "strategy", "store", "producers", "payload_bytes")
+	e.ingestSection(rep, g)
+	e.ingestHeadlines(rep, g)
+	return nil
+}
+
+// ingestRows runs bench ingest for every repeat, payload and store; a
+// failed run is a note, its rows so far kept.
+func (e *env) ingestRows(ctx context.Context, rep *Report) ([]Row, error) {
 	o := e.o
 	var rows []Row
 	for i := range o.IngestRepeats {
 		bucket, err := e.newBucket(ctx, "ingest")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		runs := []struct{ store, url, strategies string }{
 			{"s3", e.s3.URL(bucket, "bench"), "dac,naive,raw-put"},
@@ -53,7 +66,7 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 				rows = append(rows, got...)
 				if err != nil {
 					if ctx.Err() != nil {
-						return err
+						return nil, err
 					}
 					// The other points still say something.
 					rep.Notes = append(rep.Notes, fmt.Sprintf("Ingest, %s %s, %s TGBs, repeat %d failed (its later points are missing): %v",
@@ -62,7 +75,12 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 			}
 		}
 	}
-	g := GroupRows(rows, "strategy", "store", "producers", "payload_bytes")
+	return rows, nil
+}
+
+// ingestSection writes section 1: a table and two figures per payload.
+func (e *env) ingestSection(rep *Report, g *Group) {
+	o := e.o
 	sec := &Section{Title: "Ingestion vs producers"}
 	sec.printf("Each producer appends TGBs of %d ranks as fast as it can for a window; a TGB counts when its step is visible (Lakestream), its objects are written (raw-put: the store's limit, no commit), or all its messages are acked (NATS JetStream, embedded nats-server with file storage, one message per rank part; `nats` acks from the page cache, `nats-fsync` syncs before every ack, the durability an object-store PUT gives). `s3` is versitygw on loopback (every PUT signed and hashed by the SDK), `file` a local directory. Latency: Lakestream's p50/p99 is from the TGB's data being durable to its step being visible; NATS's is from first publish to last ack (the upload included, so it favours Lakestream); raw-put has none. JetStream answers a burst of large writes with 429 (too many requests); the NATS producer re-publishes such a part after 10 ms, as a client under back-pressure would. %d repeats of every point. A run counts the TGBs completed inside its window, so the windows of 16 MiB TGBs are longer (and their producer counts stop at 16: 32 x 16 MiB in flight is more than this machine's store completes in a window).\n\n",
 		o.Ranks, o.IngestRepeats)
@@ -104,57 +122,69 @@ func (e *env) ingest(ctx context.Context, rep *Report) error {
 		sec.figure("ingest-p99-"+slug+".png", lat)
 	}
 	rep.Sections = append(rep.Sections, sec)
-	e.ingestHeadlines(rep, g)
-	return nil
 }
 
 // ingestHeadlines adds the summary lines and losses of section 1.
 func (e *env) ingestHeadlines(rep *Report, g *Group) {
 	o := e.o
-	stat := func(series string, producers int, payload int64, metric string) Stat {
-		for _, k := range g.Keys {
-			r := g.Rows[k]
-			if seriesOf(r) == series && r.Num("producers") == float64(producers) && r.Num("payload_bytes") == float64(payload) {
-				return g.Stat(k, metric)
-			}
-		}
-		return Stat{}
-	}
-	best := func(producers int, payload int64, metric string, lower bool) (Stat, string) {
-		var bs Stat
-		var bn string
-		for _, n := range []string{"nats", "nats-fsync"} {
-			s := stat(n, producers, payload, metric)
-			if s.N > 0 && (bs.N == 0 || (s.Med > bs.Med) != lower) {
-				bs, bn = s, n
-			}
-		}
-		return bs, bn
-	}
+	s := ingestStats{g}
 	head := 16
 	if !slices.Contains(o.Producers, head) {
 		head = o.Producers[len(o.Producers)-1]
 	}
 	for _, payload := range o.Payloads {
 		for _, store := range []string{"s3", "file"} {
-			ls := stat("dac "+store, head, payload, "tgbs_per_s")
-			peer, pn := best(head, payload, "tgbs_per_s", false)
+			peer, pn := s.bestNATS(head, payload, "tgbs_per_s", false)
 			rep.Summary = append(rep.Summary, Headline{
 				Figure:     fmt.Sprintf("ingest TGB/s, %s TGBs, %d producers, dac on %s", Bytes(float64(payload)), head, store),
-				Lakestream: ls, Limit: stat("raw-put "+store, head, payload, "tgbs_per_s"), LimitName: "raw-put " + store,
+				Lakestream: s.stat("dac "+store, head, payload, "tgbs_per_s"), Limit: s.stat("raw-put "+store, head, payload, "tgbs_per_s"), LimitName: "raw-put " + store,
 				Peer: peer, PeerName: pn, Unit: "TGB/s",
 			})
 		}
 	}
 	if slices.Contains(o.Payloads, 1<<20) {
-		peer, pn := best(head, 1<<20, "p99_ms", true)
+		peer, pn := s.bestNATS(head, 1<<20, "p99_ms", true)
 		rep.Summary = append(rep.Summary, Headline{
 			Figure:     fmt.Sprintf("ingest p99 ms, 1MiB TGBs, %d producers, dac on s3", head),
-			Lakestream: stat("dac s3", head, 1<<20, "p99_ms"), Peer: peer, PeerName: pn, Unit: "ms", LowerIsBetter: true,
+			Lakestream: s.stat("dac s3", head, 1<<20, "p99_ms"), Peer: peer, PeerName: pn, Unit: "ms", LowerIsBetter: true,
 		})
 	}
-	// Every point where dac loses to a peer or stays below half its
-	// limit, one line per store and opponent listing the points.
+	e.ingestLosses(rep, s)
+	e.attemptsFigure(rep, g)
+}
+
+// ingestStats looks ingest rows up by series, producers and payload.
+type ingestStats struct{ g *Group }
+
+func (s ingestStats) stat(series string, producers int, payload int64, metric string) Stat {
+	for _, k := range s.g.Keys {
+		r := s.g.Rows[k]
+		if seriesOf(r) == series && r.Num("producers") == float64(producers) && r.Num("payload_bytes") == float64(payload) {
+			return s.g.Stat(k, metric)
+		}
+	}
+	return Stat{}
+}
+
+// bestNATS is the better of nats and nats-fsync on metric (lower: the
+// lower is better) and its name.
+func (s ingestStats) bestNATS(producers int, payload int64, metric string, lower bool) (Stat, string) {
+	var bs Stat
+	var bn string
+	for _, n := range []string{"nats", "nats-fsync"} {
+		st := s.stat(n, producers, payload, metric)
+		if st.N > 0 && (bs.N == 0 || (st.Med > bs.Med) != lower) {
+			bs, bn = st, n
+		}
+	}
+	return bs, bn
+}
+
+// ingestLosses lists every point where dac loses to a peer or stays below
+// half its limit, one line per store and opponent, and each producer count
+// where dac's p99 with 1 MiB TGBs is above nats-fsync's.
+func (e *env) ingestLosses(rep *Report, s ingestStats) {
+	o := e.o
 	type versus struct{ store, other string }
 	var order []versus
 	points := map[versus][]string{}
@@ -167,17 +197,17 @@ func (e *env) ingestHeadlines(rep *Report, g *Group) {
 	for _, store := range []string{"s3", "file"} {
 		for _, payload := range o.Payloads {
 			for _, p := range o.Producers {
-				ls := stat("dac "+store, p, payload, "tgbs_per_s")
+				ls := s.stat("dac "+store, p, payload, "tgbs_per_s")
 				if ls.N == 0 {
 					continue
 				}
 				at := fmt.Sprintf("%s x %d producers", Bytes(float64(payload)), p)
 				for _, peer := range []string{"nats-fsync", "nats", "naive " + store} {
-					if ps := stat(peer, p, payload, "tgbs_per_s"); ps.N > 0 && ls.Med < ps.Med {
+					if ps := s.stat(peer, p, payload, "tgbs_per_s"); ps.N > 0 && ls.Med < ps.Med {
 						lose(versus{store, peer}, fmt.Sprintf("%s (%s vs %s TGB/s, %s)", at, num(ls.Med), num(ps.Med), Ratio(ls.Med, ps.Med)))
 					}
 				}
-				if lim := stat("raw-put "+store, p, payload, "tgbs_per_s"); lim.N > 0 && ls.Med < 0.5*lim.Med {
+				if lim := s.stat("raw-put "+store, p, payload, "tgbs_per_s"); lim.N > 0 && ls.Med < 0.5*lim.Med {
 					lose(versus{store, "half the raw-put limit"}, fmt.Sprintf("%s (%s of the limit)", at, Ratio(ls.Med, lim.Med)))
 				}
 			}
@@ -186,17 +216,17 @@ func (e *env) ingestHeadlines(rep *Report, g *Group) {
 	for _, v := range order {
 		rep.Losses = append(rep.Losses, fmt.Sprintf("Ingestion TGB/s, dac on %s below %s at %s.", v.store, v.other, strings.Join(points[v], "; ")))
 	}
-	if slices.Contains(o.Payloads, 1<<20) {
-		for _, p := range o.Producers {
-			ls := stat("dac s3", p, 1<<20, "p99_ms")
-			ps := stat("nats-fsync", p, 1<<20, "p99_ms")
-			if ls.N > 0 && ps.N > 0 && ls.Med > ps.Med {
-				rep.Losses = append(rep.Losses, fmt.Sprintf("Latency, 1MiB TGBs, %d producers: dac on s3 p99 %s ms vs nats-fsync %s ms (%s), although NATS's figure includes the upload.",
-					p, num(ls.Med), num(ps.Med), Ratio(ls.Med, ps.Med)))
-			}
+	if !slices.Contains(o.Payloads, 1<<20) {
+		return
+	}
+	for _, p := range o.Producers {
+		ls := s.stat("dac s3", p, 1<<20, "p99_ms")
+		ps := s.stat("nats-fsync", p, 1<<20, "p99_ms")
+		if ls.N > 0 && ps.N > 0 && ls.Med > ps.Med {
+			rep.Losses = append(rep.Losses, fmt.Sprintf("Latency, 1MiB TGBs, %d producers: dac on s3 p99 %s ms vs nats-fsync %s ms (%s), although NATS's figure includes the upload.",
+				p, num(ls.Med), num(ps.Med), Ratio(ls.Med, ps.Med)))
 		}
 	}
-	e.attemptsFigure(rep, g)
 }
 
 // attemptsFigure is the attempts-per-commit part of section 2, from the

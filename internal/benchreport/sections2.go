@@ -156,60 +156,91 @@ func orNA(s Stat) string {
 // after every round, and the bytes under data/ and _log/ are measured; a
 // second stream gets the same batches and no checkpoints.
 func (e *env) storage(ctx context.Context, rep *Report) error {
-	const rounds, batches, fileSize = 20, 5, 256 << 10
-	ranks := e.o.Ranks
-	type point struct{ step, data, log float64 }
-	streams := []struct {
-		name       string
-		checkpoint bool
-		pts        []point
-	}{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
-	buf := make([]byte, fileSize)
+	streams := []storageStream{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
 	for si := range streams {
-		s := &streams[si]
 		dir := filepath.Join(e.work, "storage", fmt.Sprint(si))
 		staging := filepath.Join(e.work, "staging", fmt.Sprint(si))
-		url := "file://" + dir
-		if err := e.cli(ctx, "init", "--store", url, "--ranks", fmt.Sprint(ranks)); err != nil {
+		if err := e.storageRun(ctx, &streams[si], dir, staging); err != nil {
 			return err
 		}
-		for round := range rounds {
-			for b := range batches {
-				bd := filepath.Join(staging, fmt.Sprintf("b%05d", round*batches+b))
-				for r := range ranks {
-					rd := filepath.Join(bd, fmt.Sprintf("rank-%d", r))
-					if err := os.MkdirAll(rd, 0o755); err != nil {
-						return err
-					}
-					if err := os.WriteFile(filepath.Join(rd, "sample.bin"), buf, 0o644); err != nil {
-						return err
-					}
-				}
-				if err := os.WriteFile(filepath.Join(bd, "_SEALED"), nil, 0o644); err != nil {
-					return err
-				}
-			}
-			if err := e.cli(ctx, "run", "--store", url, "--staging", staging, "--producer-id", "p1", "--once", "--progress", "log"); err != nil {
+	}
+	e.storageSection(rep, streams)
+	return nil
+}
+
+// The storage section's run: storageRounds rounds of storageBatches steps,
+// each of Ranks x one storageFileSize file.
+const storageRounds, storageBatches, storageFileSize = 20, 5, 256 << 10
+
+// storageStream is one stream of the storage section and its bytes in
+// the store after each round.
+type storageStream struct {
+	name       string
+	checkpoint bool // checkpoint at the head and gc after every round
+	pts        []storagePoint
+}
+
+type storagePoint struct{ step, data, log float64 }
+
+// storageRun creates s's stream in dir and runs its rounds through the
+// staging tree under staging, recording the store's bytes after each.
+func (e *env) storageRun(ctx context.Context, s *storageStream, dir, staging string) error {
+	url := "file://" + dir
+	if err := e.cli(ctx, "init", "--store", url, "--ranks", fmt.Sprint(e.o.Ranks)); err != nil {
+		return err
+	}
+	for round := range storageRounds {
+		if err := sealBatches(staging, round*storageBatches, storageBatches, e.o.Ranks, storageFileSize); err != nil {
+			return err
+		}
+		if err := e.cli(ctx, "run", "--store", url, "--staging", staging, "--producer-id", "p1", "--once", "--progress", "log"); err != nil {
+			return err
+		}
+		head, err := e.head(ctx, url)
+		if err != nil {
+			return err
+		}
+		if s.checkpoint {
+			if err := e.cli(ctx, "checkpoint", "--store", url, "--step", fmt.Sprint(head)); err != nil {
 				return err
 			}
-			head, err := e.head(ctx, url)
-			if err != nil {
+			if err := e.cli(ctx, "gc", "--store", url, "--grace", "0s"); err != nil {
 				return err
 			}
-			if s.checkpoint {
-				if err := e.cli(ctx, "checkpoint", "--store", url, "--step", fmt.Sprint(head)); err != nil {
-					return err
-				}
-				if err := e.cli(ctx, "gc", "--store", url, "--grace", "0s"); err != nil {
-					return err
-				}
+		}
+		s.pts = append(s.pts, storagePoint{step: float64(head), data: duBytes(filepath.Join(dir, "data")), log: duBytes(filepath.Join(dir, "_log"))})
+	}
+	return nil
+}
+
+// sealBatches writes n sealed batches numbered from first into the
+// staging tree, each of ranks x one sample.bin of size bytes.
+func sealBatches(staging string, first, n, ranks, size int) error {
+	buf := make([]byte, size)
+	for b := first; b < first+n; b++ {
+		bd := filepath.Join(staging, fmt.Sprintf("b%05d", b))
+		for r := range ranks {
+			rd := filepath.Join(bd, fmt.Sprintf("rank-%d", r))
+			if err := os.MkdirAll(rd, 0o755); err != nil {
+				return err
 			}
-			s.pts = append(s.pts, point{step: float64(head), data: duBytes(filepath.Join(dir, "data")), log: duBytes(filepath.Join(dir, "_log"))})
+			if err := os.WriteFile(filepath.Join(rd, "sample.bin"), buf, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(bd, "_SEALED"), nil, 0o644); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// storageSection writes the storage section and its headline.
+func (e *env) storageSection(rep *Report, streams []storageStream) {
+	ranks := e.o.Ranks
 	sec := &Section{Title: "Storage over a checkpointed run"}
 	sec.printf("A producer commits %d steps per round through the staging tree (`run --once`), each of %d ranks x one %s file; after every round the checkpointed stream records a checkpoint at the head and runs `gc --grace 0s`, the other stream never does. Bytes are the sizes of the files under data/ and _log/ of the file:// store (one run: the figures are deterministic up to file-system rounding).\n\n",
-		batches, ranks, Bytes(fileSize))
+		storageBatches, ranks, Bytes(storageFileSize))
 	t := Table{Header: []string{"step", "data/ checkpointed", "_log/ checkpointed", "data/ never checkpointed", "_log/ never checkpointed"}}
 	f := Figure{Title: "Bytes in the store vs step", XLabel: "step", YLabel: "MiB"}
 	for _, s := range streams {
@@ -227,7 +258,7 @@ func (e *env) storage(ctx context.Context, rep *Report) error {
 		a, b := streams[0].pts[i], streams[1].pts[i]
 		t.Rows = append(t.Rows, []string{fmt.Sprint(a.step), Bytes(a.data), Bytes(a.log), Bytes(b.data), Bytes(b.log)})
 	}
-	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, rounds, batches, Bytes(fileSize))))
+	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, storageRounds, storageBatches, Bytes(storageFileSize))))
 	sec.figure("storage.png", f)
 	last := len(streams[0].pts) - 1
 	a, b := streams[0].pts[last], streams[1].pts[last]
@@ -237,7 +268,6 @@ func (e *env) storage(ctx context.Context, rep *Report) error {
 		LimitName: "same stream never checkpointed", Unit: "MiB", LowerIsBetter: true,
 	})
 	rep.Sections = append(rep.Sections, sec)
-	return nil
 }
 
 // cli runs a lakefs-produce command that prints no rows.

@@ -15,14 +15,10 @@ import (
 var longFuncExceptions = map[string]int{
 	"cmd/lakefs-mount.run":                     96,
 	"internal/bench.runNATS":                   88,
-	"internal/bench.runOne":                    90,
 	"internal/benchreport.env.ingest":          81,
 	"internal/benchreport.env.ingestHeadlines": 89,
-	"internal/benchreport.env.read":            108,
 	"internal/benchreport.env.storage":         84,
-	"internal/scale.measureMounts":             89,
 	"mount.Run":                                152,
-	"txn.GC":                                   125,
 }
 
 // layers is the repository's import rule (docs/ARCHITECTURE.md, packages
