@@ -13,13 +13,18 @@ all: build
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/staticcheck
+tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+# helm renders deploy/kubernetes's chart in the csi tests (3-7 min to build
+# on 2 cores with an empty module cache).
+$(TOOLS)/bin/helm:
+	GOBIN=$(TOOLS)/bin $(GO) install helm.sh/helm/v3/cmd/helm@v3.19.5
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

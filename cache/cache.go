@@ -32,10 +32,11 @@
 //   - Block buffers are reused (a free list), because touching fresh
 //     memory costs more than the rest of the read path on the VMs this
 //     was measured on. Buffers are only allocated when none is free, so
-//     the free list never holds more than the most blocks ever held. A buffer returns to the free list only when its
-//     block's reference count drops to zero: references are held by
-//     staging, by the ristretto cache (released in OnExit, at most once
-//     per lruRef) and by each reader while it copies. A reader takes its
+//     the free list never holds more than the most blocks ever held. A
+//     buffer returns to the free list only when its block's reference
+//     count drops to zero: references are held by staging, by the
+//     ristretto cache (released in OnExit, at most once per lruRef) and
+//     by each reader while it copies. A reader takes its
 //     reference with tryAcquire, which fails on a block already at zero,
 //     so it never reads a buffer that was handed to another block.
 //
@@ -478,9 +479,11 @@ func (c *Cache) block(ctx context.Context, p *txn.Pack, i int) (*block, error) {
 }
 
 // startLocked registers a fetch of blocks first..first+n-1 of p, one
-// waiter each (the reader, or the prefetch job), and starts it. weight is
-// prefetch memory held per block (0 for a read); slot says whether the
-// caller holds a prefetch GET slot that the fetch releases.
+// waiter each (the reader, or the prefetch job), and starts it. prefetch
+// says the waiter is a prefetch job: each entry then holds its block's
+// bytes of prefetch memory (entry.weight, released by releaseLocked); slot
+// says whether the caller holds a prefetch GET slot that the fetch
+// releases.
 func (c *Cache) startLocked(p *txn.Pack, first, n int, prefetch bool, slot bool) []*entry {
 	fctx, cancel := context.WithCancel(c.life)
 	run := &fetchRun{cancel: cancel, live: n}

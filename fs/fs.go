@@ -15,6 +15,9 @@
 //     have zero timeouts, `head` is opened with FOPEN_DIRECT_IO, failed
 //     lookups are not cached. A reclaimed step is removed from the inode
 //     tree and the kernel is told (NotifyDelete) so its dentries go.
+//   - A live step directory never leaves the view. Memory bounds evict
+//     only cached file lists (they are built again on use), never a node
+//     the kernel may be walking.
 //   - Nothing is writable: the mount is read-only (the kernel answers
 //     EROFS), and every mutating operation that still reaches a node
 //     answers EROFS too.
@@ -22,11 +25,23 @@
 //
 // # Concurrency
 //
-// Nodes hold only immutable data (TGB pointers, trees built once). The
-// View is replaced atomically by one publisher. Kernel notifications for
-// reclaimed steps run on their own goroutine, never on the publisher's:
-// the kernel may hold the steps/ directory lock while a --wait lookup
-// waits for that very publisher.
+// Nodes hold immutable data (TGB pointers, packs, constant options);
+// what is built on demand inside a step is built once under its own
+// mutex (a directory's listing, lazyTree.mu, held while the listing is
+// fetched; the rank directories made so far, rankSet.mu). A listing may be
+// evicted by the metadata window and built again, identical; the step
+// directories themselves never leave the view while live. The View is
+// replaced atomically by one publisher (View.mu serialises publishers;
+// View.waitMu guards the shared --wait deadlines; Root.notify serialises
+// kernel notifications). Kernel notifications for reclaimed steps run on
+// their own goroutine, never on the publisher's: the kernel may hold the
+// steps/ directory lock while a --wait lookup waits for that very
+// publisher.
+//
+// Lock order: Root.loadedMu, then go-fuse's inode locks; a lazyTree's mu
+// is only ever tried (TryLock) under loadedMu, and loadedMu is never taken
+// under a lazyTree's mu. No other two of the package's locks are held
+// together.
 package fs
 
 import (
@@ -110,8 +125,11 @@ type Root struct {
 	log     *slog.Logger
 
 	steps  atomic.Pointer[gofs.Inode] // set in OnAdd
-	made   atomic.Int64               // step directory nodes made
 	notify sync.Mutex                 // serialises kernel notifications
+
+	loadedMu sync.Mutex
+	loaded   map[int64]*dirNode // GUARDED_BY(loadedMu): step directories with file lists built
+	builds   int64              // GUARDED_BY(loadedMu): file lists built
 }
 
 // New returns the root of a view; mount it with gofs.Mount and
@@ -128,6 +146,7 @@ func New(o Options) *Root {
 		awaited: o.Awaited,
 		blksize: o.BlockSize,
 		log:     o.Logger,
+		loaded:  map[int64]*dirNode{},
 	}
 	if o.Ranks != nil {
 		r.layout.shown = map[int]bool{}
@@ -159,10 +178,12 @@ func (r *Root) MountOptions(allowOther, debug bool) *gofs.Options {
 			DirectMount:       true,
 			DirectMountStrict: true,
 			AllowOther:        allowOther,
-			FsName:            "lakefs",
-			Name:              "lakefs",
-			MaxWrite:          MaxRead,
-			MaxReadAhead:      MaxRead,
+			// The type "fuse.lakefs" in the mount table is how
+			// lakefs-mount --abort knows a mount is ours.
+			FsName:       "lakefs",
+			Name:         "lakefs",
+			MaxWrite:     MaxRead,
+			MaxReadAhead: MaxRead,
 			// go-fuse logs a splice warning on every 1 MiB reply otherwise.
 			DisableSplice: true,
 			// head is FOPEN_DIRECT_IO; let it be mmapped like any file.
@@ -200,35 +221,60 @@ func (r *Root) Publish(s *Snapshot) {
 // notifications of reclaimed steps.
 const notifyPatience = time.Second
 
-// Metadata window: a node keeps the step directories (their file lists and
-// inodes) within StepWindow steps of the step directory it made last, and
-// lets go of the others every trimEvery new step directories: they leave
-// the inode tree and the kernel's dentry cache, and a later lookup builds
-// them again (the file lists are fetched again). So a reader moving through
-// a live window of thousands of steps, or a find over all of them, holds a
-// window of metadata, not the whole stream.
+// Metadata window: a node keeps the file lists of the step directories
+// within StepWindow steps of the one whose list it built last, and lets go
+// of the others every trimEvery builds; a later lookup builds them again
+// (fetching them again). So a reader moving through thousands of steps, or
+// a find over all of them, holds a window of file lists, not the whole
+// stream. Only cached lists go: step directories stay in the inode tree and
+// the kernel's caches until their step is reclaimed, because a walker may be
+// inside any of them (dropping them made find and os.walk miss files).
 const (
 	StepWindow = 64
 	trimEvery  = 16
 )
 
-// noteStep is called when a step directory node is made.
-func (r *Root) noteStep(n int64) {
-	if r.made.Add(1)%trimEvery != 0 {
+// warm records that a file list under step directory d (step n) was built,
+// and every trimEvery builds lets go of the lists of steps outside the
+// window around n.
+func (r *Root) warm(n int64, d *dirNode) {
+	r.loadedMu.Lock()
+	defer r.loadedMu.Unlock()
+	r.loaded[n] = d
+	r.builds++
+	if r.builds%trimEvery != 0 {
 		return
 	}
-	go r.forget(func(s int64) bool { return s < n-StepWindow || s > n+StepWindow })
+	for s, sd := range r.loaded {
+		if s < n-StepWindow || s > n+StepWindow {
+			delete(r.loaded, s)
+			evictInode(sd)
+		}
+	}
 }
 
-// forgetBelow removes the step directories below live from the tree and
-// the kernel's dentry cache.
+// evictInode lets go of the cached file lists of directory d and of the
+// directories under it the kernel still knows. The nodes stay: lookups in
+// them build the lists again.
+func evictInode(d *dirNode) {
+	d.tree.evict()
+	for _, ch := range d.Children() {
+		if cd, ok := ch.Operations().(*dirNode); ok {
+			evictInode(cd)
+		}
+	}
+}
+
+// forgetBelow removes the step directories below live (reclaimed) from the
+// tree and the kernel's dentry cache.
 func (r *Root) forgetBelow(live int64) {
-	r.forget(func(s int64) bool { return s < live })
-}
-
-// forget removes the step directories drop selects from the tree and the
-// kernel's dentry cache.
-func (r *Root) forget(drop func(step int64) bool) {
+	r.loadedMu.Lock()
+	for s := range r.loaded {
+		if s < live {
+			delete(r.loaded, s)
+		}
+	}
+	r.loadedMu.Unlock()
 	steps := r.steps.Load()
 	if steps == nil {
 		return
@@ -237,12 +283,12 @@ func (r *Root) forget(drop func(step int64) bool) {
 	defer r.notify.Unlock()
 	for name, ch := range steps.Children() {
 		n, ok := parseStep(name)
-		if !ok || !drop(n) {
+		if !ok || n >= live {
 			continue
 		}
 		steps.RmChild(name)
 		if errno := steps.NotifyDelete(name, ch); errno != 0 && errno != syscall.ENOENT {
-			r.log.Debug("kernel notification for a dropped step failed", "step", n, "errno", errno)
+			r.log.Debug("kernel notification for a reclaimed step failed", "step", n, "errno", errno)
 		}
 	}
 }
@@ -408,10 +454,11 @@ func (s *stepsNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 			return ch, 0
 		}
 	}
-	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name, tree: newLazy(func(ctx context.Context) (*tree, error) {
-		return stepTree(ctx, s.r.packs, tgb, s.r.layout)
-	})}
-	s.r.noteStep(n)
+	d := &dirNode{r: s.r, tgb: tgb, path: "steps/" + name}
+	warm := func() { s.r.warm(n, d) }
+	d.tree = newLazy(func(ctx context.Context) (*tree, error) {
+		return stepTree(ctx, s.r.packs, tgb, s.r.layout, warm)
+	}, warm)
 	return s.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 

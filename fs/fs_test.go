@@ -59,7 +59,7 @@ func TestStepTree(t *testing.T) {
 		src.ranks[r] = pack("x/2.bin", "x/10.bin", "b.bin", "a.bin")
 	}
 	tgb := &txn.TGB{Step: 7}
-	root, err := stepTree(ctx, src, tgb, layout{ranks: 12})
+	root, err := stepTree(ctx, src, tgb, layout{ranks: 12}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestStepTree(t *testing.T) {
 	if _, err := root.lookup("rank-3").lazy.get(ctx); err != nil || src.asked[3] != 1 || len(src.asked) != 2 {
 		t.Fatalf("after listing rank-3 twice: fetched %v (err %v), want rank 3 once", src.asked, err)
 	}
-	filtered, err := stepTree(ctx, src, tgb, layout{ranks: 12, shown: map[int]bool{3: true, 10: true}})
+	filtered, err := stepTree(ctx, src, tgb, layout{ranks: 12, shown: map[int]bool{3: true, 10: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestStepTree(t *testing.T) {
 	}
 	// A view of 3 ranks over 12: rank-1 holds original ranks 4-7, each a
 	// directory named after it, fetched only when looked into.
-	view, err := stepTree(ctx, src, tgb, layout{ranks: 12, view: 3})
+	view, err := stepTree(ctx, src, tgb, layout{ranks: 12, view: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,9 @@ type PackSource interface {
 }
 
 // tree is one directory's listing inside a step. A step directory's rank
-// directories are not materialised: ranks names them from the layout, and
-// an entry is made for a rank only when it is looked up, so a step of
-// 1,024 ranks costs a node the ranks it reads.
+// directories are not materialised: the ranks field lists them from the
+// layout (rankSet.names), and an entry is made for a rank only when it is
+// looked up, so a step of 1,024 ranks costs a node the ranks it reads.
 type tree struct {
 	names []string // listing order, after the ranks
 	kids  map[string]*treeEntry
@@ -34,12 +34,13 @@ type rankSet struct {
 	src    PackSource
 	tgb    *txn.TGB
 	layout layout
+	warm   func() // called when a rank's listing is built
 
 	mu   sync.Mutex
 	made map[int]*treeEntry // GUARDED_BY(mu)
 }
 
-// rankNames lists the shown rank directories in numeric order.
+// names lists the shown rank directories in numeric order.
 func (rs *rankSet) names() []string {
 	var out []string
 	for r := range rs.layout.shownRanks() {
@@ -63,7 +64,7 @@ func (rs *rankSet) lookup(name string) *treeEntry {
 	defer rs.mu.Unlock()
 	e := rs.made[r]
 	if e == nil {
-		e = &treeEntry{lazy: rankTree(rs.src, rs.tgb, rs.layout, r), rank: r}
+		e = &treeEntry{lazy: rankTree(rs.src, rs.tgb, rs.layout, r, rs.warm), rank: r}
 		rs.made[r] = e
 	}
 	return e
@@ -111,33 +112,52 @@ func (t *tree) add(name string, e *treeEntry) {
 	t.kids[name] = e
 }
 
-// lazyTree is a listing built once, on first use, by a function that may
-// fail (a store error); a failure is not kept, so the next use retries.
-// Concurrent first uses wait for one build.
+// lazyTree is a listing built on first use by a function that may fail (a
+// store error); a failure is not kept, so the next use retries. Concurrent
+// first uses wait for one build. A built listing may be evicted (memory
+// bounds) and is then built again on the next use: it is a cache of
+// immutable data, never what decides whether a name exists.
 type lazyTree struct {
-	mu    sync.Mutex
-	built *tree // GUARDED_BY(mu)
-	build func(ctx context.Context) (*tree, error)
+	mu      sync.Mutex
+	built   *tree // GUARDED_BY(mu)
+	build   func(ctx context.Context) (*tree, error)
+	onBuild func() // called after each build, outside mu
 }
 
-func newLazy(build func(ctx context.Context) (*tree, error)) *lazyTree {
-	return &lazyTree{build: build}
+func newLazy(build func(ctx context.Context) (*tree, error), onBuild func()) *lazyTree {
+	return &lazyTree{build: build, onBuild: onBuild}
 }
 
 func known(t *tree) *lazyTree { return &lazyTree{built: t} }
 
 func (l *lazyTree) get(ctx context.Context) (*tree, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.built != nil {
-		return l.built, nil
+	if t := l.built; t != nil {
+		l.mu.Unlock()
+		return t, nil
 	}
 	t, err := l.build(ctx)
+	if err == nil {
+		l.built = t
+	}
+	l.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	l.built = t
+	if l.onBuild != nil {
+		l.onBuild()
+	}
 	return t, nil
+}
+
+// evict drops the built listing if it can be built again. It never waits
+// for a build in progress (that listing is about to be used).
+func (l *lazyTree) evict() {
+	if l.build == nil || !l.mu.TryLock() {
+		return
+	}
+	l.built = nil
+	l.mu.Unlock()
 }
 
 // layout is how a step directory maps to the stream's ranks.
@@ -166,9 +186,9 @@ func (l layout) shownRanks() int {
 // step-level files in name order. Rank directories are named from the
 // layout alone; a rank's files are fetched when its directory is first
 // listed or looked into, and the shared files when the step directory is.
-func stepTree(ctx context.Context, src PackSource, t *txn.TGB, l layout) (*tree, error) {
+func stepTree(ctx context.Context, src PackSource, t *txn.TGB, l layout, warm func()) (*tree, error) {
 	root := newTree()
-	root.ranks = &rankSet{src: src, tgb: t, layout: l, made: map[int]*treeEntry{}}
+	root.ranks = &rankSet{src: src, tgb: t, layout: l, warm: warm, made: map[int]*treeEntry{}}
 	shared, err := src.Pack(ctx, t, -1)
 	if err != nil {
 		return nil, fmt.Errorf("step %d shared files: %w", t.Step, err)
@@ -184,7 +204,7 @@ func stepTree(ctx context.Context, src PackSource, t *txn.TGB, l layout) (*tree,
 
 // rankTree is the lazy listing of shown rank r: its files, or with a view,
 // one directory per original rank it holds, named rank-<original>.
-func rankTree(src PackSource, t *txn.TGB, l layout, r int) *lazyTree {
+func rankTree(src PackSource, t *txn.TGB, l layout, r int, warm func()) *lazyTree {
 	orig := func(o int) *lazyTree {
 		return newLazy(func(ctx context.Context) (*tree, error) {
 			p, err := src.Pack(ctx, t, o)
@@ -192,7 +212,7 @@ func rankTree(src PackSource, t *txn.TGB, l layout, r int) *lazyTree {
 				return nil, fmt.Errorf("step %d rank %d: %w", t.Step, o, err)
 			}
 			return packTree(p, o), nil
-		})
+		}, warm)
 	}
 	if l.view <= 0 {
 		return orig(r)

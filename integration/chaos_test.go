@@ -37,7 +37,8 @@ import (
 // takes over and then wakes it (a zombie), SIGKILLs a mount and its reader
 // (which resumes after the last step it finished), kills the S3 server with
 // -9 and stops it cleanly, restarting each on the same port and data, and
-// fills the staging disk. Only the command lines of DESIGN.md are used.
+// fills the staging disk. Only the documented command lines are used
+// (README.md), as an operator would.
 //
 // TestChaos is the short run of `make test`; LAKEFS_SOAK=<duration> makes
 // it the soak of `make soak` (also on SeaweedFS when `weed` is installed).

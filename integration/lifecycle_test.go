@@ -24,8 +24,8 @@ import (
 	"github.com/lakestream/lakestream/txn"
 )
 
-// Lifecycle tests: checkpoint-aligned reclamation end to end (DESIGN.md
-// guarantee 4) on a real S3 server, read through FUSE mounts.
+// Lifecycle tests: checkpoint-aligned reclamation end to end (guarantee 4
+// of docs/ARCHITECTURE.md) on a real S3 server, read through FUSE mounts.
 
 const (
 	lcRanks    = 2

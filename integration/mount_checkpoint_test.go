@@ -31,6 +31,13 @@ func TestMountCheckpointDir(t *testing.T) {
 		return st.Checkpoints
 	}
 	// Megatron after 5 iterations: steps 0-4 are covered.
+	iter := filepath.Join(ckpt, "iter_0000005", "mp_rank_00")
+	if err := os.MkdirAll(iter, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(iter, "model_optim_rng.pt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(ckpt, "latest_checkpointed_iteration.txt"), []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

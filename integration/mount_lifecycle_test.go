@@ -70,7 +70,8 @@ func mntStartMount(t testing.TB, bin string, args ...string) *mntMountProc {
 // reap waits for a killed lakefs-mount to exit. A FUSE daemon killed while
 // a file of its own mount is open in it (go-fuse opens one while mounting)
 // cannot finish exiting: closing that file waits for an answer only it
-// could give. As PLATFORM.md says, aborting the connection frees it.
+// could give. Only aborting its FUSE connection (fusectl's abort file, what
+// lakefs-mount --abort writes; docs/RELIABILITY.md) frees it.
 func (p *mntMountProc) reap(t testing.TB, mnt string, detach bool) {
 	select {
 	case <-p.done:

@@ -16,7 +16,8 @@ import (
 	"github.com/lakestream/lakestream/stage"
 )
 
-// Exactly-once ingestion through real processes (DESIGN.md guarantee 3):
+// Exactly-once ingestion through real processes (guarantee 3 of
+// docs/ARCHITECTURE.md):
 // an external writer fills staging trees while `lakefs-produce run`
 // processes are killed with SIGKILL at random moments and restarted, or
 // run twice under one producer id; afterwards every sealed batch must be

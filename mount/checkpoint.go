@@ -2,23 +2,34 @@ package mount
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
 // Checkpoint detection. Trainers record how many steps a checkpoint has
 // seen in their own ways; each is read only once the checkpoint is
-// complete:
+// complete by that trainer's own rule:
 //
-//	Megatron     <dir>/latest_checkpointed_iteration.txt   "<N>"
-//	DeepSpeed    <dir>/latest                              "global_step<N>"
+//	Megatron     <dir>/latest_checkpointed_iteration.txt   "<N>", naming
+//	             <dir>/iter_<N, 7 digits>/ holding mp_rank_*/model_optim_rng.pt
+//	             (or, distributed format, .metadata)
+//	DeepSpeed    <dir>/latest                              "global_step<N>", naming
+//	             <dir>/global_step<N>/ holding *model_states.pt
 //	Hugging Face <dir>/checkpoint-<N>/trainer_state.json   (written last)
 //	PyTorch DCP  <dir>/<name ending in N>/.metadata        (written last)
+//
+// A tracker file is only a pointer: one naming a checkpoint that is not
+// there (deleted, never finished, a typo) is ignored, or gc would reclaim
+// steps the only real checkpoint still needs.
 //
 // N counts the steps the job had trained on, so the checkpoint covers the
 // stream's steps up to first_step+N-1, and that is what is recorded. Read
@@ -30,27 +41,48 @@ import (
 // scans of --checkpoint-dir.
 const checkpointPolls = 8
 
+// Detected is what one scan of a checkpoint directory found.
+type Detected struct {
+	N      int64  // the highest step count of a complete checkpoint; 0: none
+	Format string // the trainer format it came from
+	// Ignored says why each pointer that names no complete checkpoint was
+	// not taken.
+	Ignored []string
+}
+
 // DetectCheckpoint returns the highest step count N of a complete
 // checkpoint in dir, and which trainer's format it came from.
-func DetectCheckpoint(dir string) (n int64, format string, ok bool) {
+func DetectCheckpoint(dir string) Detected {
+	var d Detected
 	consider := func(v int64, f string) {
-		if v > 0 && (!ok || v > n) {
-			n, format, ok = v, f, true
+		if v > 0 && v > d.N {
+			d.N, d.Format = v, f
 		}
+	}
+	tracker := func(file, format, sub string, v int64, complete func(string) bool) {
+		if v <= 0 {
+			return
+		}
+		if complete(filepath.Join(dir, sub)) {
+			consider(v, format)
+			return
+		}
+		d.Ignored = append(d.Ignored, fmt.Sprintf("%s names %s, which is missing or incomplete", filepath.Join(dir, file), filepath.Join(dir, sub)))
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "latest_checkpointed_iteration.txt")); err == nil {
 		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
-			consider(v, "megatron")
+			tracker("latest_checkpointed_iteration.txt", "megatron", fmt.Sprintf("iter_%07d", v), v, megatronComplete)
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "latest")); err == nil {
-		if v, ok := trailingNumber(strings.TrimSpace(string(b)), "global_step"); ok {
-			consider(v, "deepspeed")
+		tag := strings.TrimSpace(string(b))
+		if v, ok := trailingNumber(tag, "global_step"); ok {
+			tracker("latest", "deepspeed", tag, v, deepspeedComplete)
 		}
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return n, format, ok
+		return d
 	}
 	for _, e := range ents {
 		if !e.IsDir() {
@@ -65,7 +97,22 @@ func DetectCheckpoint(dir string) (n int64, format string, ok bool) {
 			consider(v, "pytorch-dcp")
 		}
 	}
-	return n, format, ok
+	return d
+}
+
+// megatronComplete: Megatron saves every model-parallel rank's
+// mp_rank_*/model_optim_rng.pt (or, distributed, a DCP .metadata) before
+// it writes the tracker.
+func megatronComplete(iterDir string) bool {
+	m, _ := filepath.Glob(filepath.Join(iterDir, "mp_rank_*", "model_optim_rng.pt"))
+	return len(m) > 0 || exists(filepath.Join(iterDir, ".metadata"))
+}
+
+// deepspeedComplete: DeepSpeed writes `latest` after the tag's
+// *model_states.pt files.
+func deepspeedComplete(tagDir string) bool {
+	m, _ := filepath.Glob(filepath.Join(tagDir, "*model_states.pt"))
+	return len(m) > 0
 }
 
 // trailingNumber parses the decimal number that ends name; with a
@@ -94,6 +141,26 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// checkCheckpointDir refuses a --checkpoint-dir that is not a directory
+// (nothing would ever be recorded, so gc would never free anything) and
+// warns about one that does not exist yet (the trainer may create it
+// later).
+func checkCheckpointDir(dir string, log *slog.Logger) error {
+	if dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		log.Warn("--checkpoint-dir does not exist yet; checkpoints are recorded once the trainer creates it and saves one there", "dir", dir)
+	case err != nil:
+		return flagval.Usagef("--checkpoint-dir %s: %v", dir, err)
+	case !fi.IsDir():
+		return flagval.Usagef("--checkpoint-dir %s is a file; pass the directory the trainer saves its checkpoints in", dir)
+	}
+	return nil
+}
+
 // watchCheckpoints scans --checkpoint-dir and records each new checkpoint
 // in the manifest (recording one twice is harmless, so several nodes may
 // watch the same directory).
@@ -101,11 +168,18 @@ func (m *mounted) watchCheckpoints(ctx context.Context) {
 	dir := m.opts.CheckpointDir
 	first := m.txlog.Config.FirstStep
 	recorded := int64(-1)
-	lastErr := ""
+	lastErr, lastIgnored := "", ""
 	t := time.NewTicker(max(checkpointPolls*m.opts.PollInterval, 100*time.Millisecond))
 	defer t.Stop()
 	for {
-		if n, format, ok := DetectCheckpoint(dir); ok && first+n-1 > recorded {
+		d := DetectCheckpoint(dir)
+		if ig := strings.Join(d.Ignored, "; "); ig != lastIgnored {
+			for _, why := range d.Ignored {
+				m.log.Warn("checkpoint pointer ignored; nothing recorded for it", "why", why)
+			}
+			lastIgnored = ig
+		}
+		if n, format := d.N, d.Format; n > 0 && first+n-1 > recorded {
 			step := first + n - 1
 			_, err := txn.RecordCheckpoint(ctx, m.txlog, step, m.log)
 			switch {

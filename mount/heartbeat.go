@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -24,11 +25,19 @@ func (m *mounted) heartbeat(ctx context.Context) {
 	lastErr := ""
 	for {
 		err := m.writeHeartbeat(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.heartbeatFailures.Add(1)
+		}
 		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != lastErr && errors.Is(err, errStreamGone):
+			m.log.Error("the stream is gone from the store (was its directory or prefix deleted?); serving the last good state, writing no heartbeat until it is back",
+				"store", store.Redact(m.opts.Store), "err", err)
+			lastErr = err.Error()
 		case err != nil && ctx.Err() == nil && err.Error() != lastErr:
 			m.log.Warn("writing the heartbeat failed; will retry", "key", txn.HeartbeatKey(m.opts.NodeID), "err", err)
 			lastErr = err.Error()
-		case err == nil:
+		case err == nil && lastErr != "":
+			m.log.Info("heartbeat written again", "key", txn.HeartbeatKey(m.opts.NodeID))
 			lastErr = ""
 		}
 		select {
@@ -39,10 +48,23 @@ func (m *mounted) heartbeat(ctx context.Context) {
 	}
 }
 
-// writeHeartbeat writes the heartbeat once.
+// errStreamGone: the store no longer holds the stream's _stream.json.
+var errStreamGone = errors.New("the stream's " + txn.StreamKey + " is missing")
+
+// writeHeartbeat writes the heartbeat once, unless the stream is gone from
+// the store: writing it then would bring back (file://) the directories
+// someone deleted, a stream root holding nothing but _consumers/.
 func (m *mounted) writeHeartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	_, err := m.store.Stat(ctx, txn.StreamKey)
+	m.streamGone.Store(errors.Is(err, store.ErrNotFound))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: not writing %s", errStreamGone, txn.HeartbeatKey(m.opts.NodeID))
+	case err != nil:
+		return fmt.Errorf("checking the stream is still there: %w", err)
+	}
 	snap := m.view.Load()
 	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, ViewRanks: m.opts.ViewRanks, PID: os.Getpid()}
 	hb.Host, _ = os.Hostname()
@@ -101,6 +123,6 @@ func checkNodeIDFree(ctx context.Context, s store.Store, id string, now time.Tim
 	if hb.Host == host && (hb.PID == os.Getpid() || hb.PID <= 0 || unix.Kill(hb.PID, 0) == unix.ESRCH) {
 		return nil
 	}
-	return usageError{fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
-		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second))}
+	return flagval.Usage(fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
+		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second)))
 }

@@ -1,12 +1,16 @@
 package mount
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lakestream/lakestream/txn"
 )
 
 // metrics is the mount's Prometheus registry. Counters the cache keeps
@@ -71,13 +75,43 @@ func (x *metrics) register(m *mounted) {
 			func() float64 { return float64(m.highest.Load()) }),
 		counter("lakefs_mount_log_polls_total", "Refreshes of the manifest log (each one GET or more).",
 			func() float64 { return float64(m.polls.Load()) }),
+		counter("lakefs_mount_heartbeat_failures_total", "Heartbeats not written (store error, or the stream gone from the store).",
+			func() float64 { return float64(m.heartbeatFailures.Load()) }),
+		gauge("lakefs_mount_healthy", "1 when /health answers ok, 0 when degraded.",
+			func() float64 {
+				if m.health() != "" {
+					return 0
+				}
+				return 1
+			}),
 	)
 }
 
-// server serves /metrics and, when profiling, Go's /debug/pprof/ handlers.
-func (x *metrics) server(profiling bool) *http.Server {
+// health says what is wrong with the mount, "" when nothing is.
+func (m *mounted) health() string {
+	var why []string
+	if m.streamGone.Load() {
+		why = append(why, "the stream's "+txn.StreamKey+" is gone from the store (deleted?); serving the last good state")
+	}
+	if m.refreshFailing.Load() {
+		why = append(why, "refreshing the manifest fails; serving the last good state")
+	}
+	return strings.Join(why, "; ")
+}
+
+// server serves /metrics, /health (200 "ok", or 503 and what is wrong, from
+// health: "" when healthy) and, when profiling, Go's /debug/pprof/ handlers.
+func (x *metrics) server(profiling bool, health func() string) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		if why := health(); why != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "degraded: %s\n", why)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -31,25 +31,11 @@ import (
 
 	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/fs"
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
-
-// ErrUsage classifies errors in the options (errors.Is): the command
-// exits 2.
-var ErrUsage = errors.New("usage error")
-
-// usageError is an error in the options; its message is the whole story.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error        { return e.error }
-func (e usageError) Is(target error) bool { return target == ErrUsage }
-
-// Usagef returns an error in the options, classified as ErrUsage.
-func Usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
 
 // Options configure a mount. Zero values take the defaults below.
 type Options struct {
@@ -121,6 +107,13 @@ const (
 	nearSteps                = 3
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultReadAhead         = 4 << 20
+	// The kernel's read-ahead is at least a page; far beyond a few
+	// blocks it only fetches what nobody reads.
+	MinReadAhead = 4 << 10
+	MaxReadAhead = 1 << 30
+	// MinCacheSize is the least any stream can use (MinBlocks blocks of
+	// the smallest chunk); the stream's own chunk size may need more.
+	MinCacheSize = cache.MinBlocks * 4096
 )
 
 func (o *Options) setDefaults() error {
@@ -128,42 +121,42 @@ func (o *Options) setDefaults() error {
 		o.Logger = slog.Default()
 	}
 	if o.Store == "" {
-		return Usagef("no store; pass --store URL or set LAKEFS_STORE")
+		return flagval.Usagef("no store; pass --store URL or set LAKEFS_STORE")
 	}
 	if o.Mountpoint == "" {
-		return Usagef("no mount point; pass it as the argument: lakefs-mount --store URL MOUNTPOINT")
+		return flagval.Usagef("no mount point; pass it as the argument: lakefs-mount --store URL MOUNTPOINT")
 	}
 	abs, err := filepath.Abs(o.Mountpoint)
 	if err != nil {
-		return Usagef("mount point %s: %v", o.Mountpoint, err)
+		return flagval.Usagef("mount point %s: %v", o.Mountpoint, err)
 	}
 	o.Mountpoint = abs
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
 	}
 	if o.PrefetchSteps < 0 {
-		return Usagef("--prefetch-steps %d is negative; use 0 to disable prefetching", o.PrefetchSteps)
+		return flagval.Usagef("--prefetch-steps %d is negative; use 0 to disable prefetching", o.PrefetchSteps)
 	}
 	if o.Wait < 0 {
-		return Usagef("--wait %s is negative", o.Wait)
+		return flagval.Usagef("--wait %s is negative", o.Wait)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
 	}
 	if o.PollInterval < time.Millisecond {
-		return Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
+		return flagval.Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
 	}
 	if o.IdlePollInterval == 0 {
 		o.IdlePollInterval = max(DefaultIdlePollInterval, o.PollInterval)
 	}
 	if o.IdlePollInterval < o.PollInterval {
-		return Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
+		return flagval.Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if o.HeartbeatInterval < 0 {
-		return Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
+		return flagval.Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
 	}
 	if o.ReadAhead == 0 {
 		o.ReadAhead = DefaultReadAhead
@@ -183,14 +176,14 @@ func (o *Options) setDefaults() error {
 
 func validateNodeID(id string) error {
 	if err := txn.ValidateNodeID(id); err != nil {
-		return Usagef("--node-id: %w", err)
+		return flagval.Usagef("--node-id: %w", err)
 	}
 	return nil
 }
 
 // Run mounts the stream at o.Mountpoint and serves it until ctx ends, then
 // unmounts. It returns nil after a clean unmount; an error wrapping
-// ErrUsage for bad options, ErrInUse for a busy mount point.
+// flagval.ErrUsage for bad options, ErrInUse for a busy mount point.
 func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		return err
@@ -199,10 +192,13 @@ func Run(ctx context.Context, o Options) error {
 	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
 		return err
 	}
+	if err := checkCheckpointDir(o.CheckpointDir, log); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, o.Store)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
-			return usageError{err}
+			return flagval.Usage(err)
 		}
 		return err
 	}
@@ -218,7 +214,7 @@ func Run(ctx context.Context, o Options) error {
 	shown := l.Config.Ranks
 	if o.ViewRanks != 0 {
 		if o.ViewRanks < 0 || o.ViewRanks > l.Config.Ranks || l.Config.Ranks%o.ViewRanks != 0 {
-			return Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
+			return flagval.Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
 		}
 		shown = o.ViewRanks
 	}
@@ -227,11 +223,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	for _, r := range o.Ranks {
 		if r < 0 || r >= shown {
-			return Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
+			return flagval.Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
 	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
-		return Usagef("--cache-size %d bytes is too small for this stream's %d-byte blocks; use at least %d",
+		return flagval.Usagef("--cache-size %d bytes is too small for this stream's %d-byte blocks; use at least %d",
 			o.CacheSize, l.Config.ChunkSize, cache.MinBlocks*l.Config.ChunkSize)
 	}
 	state, err := l.Load(ctx)
@@ -251,7 +247,7 @@ func Run(ctx context.Context, o Options) error {
 		ObserveGet: m.metrics.observeGet,
 	})
 	if err != nil {
-		return usageError{err}
+		return flagval.Usage(err)
 	}
 	defer c.Close()
 	m.cache = c
@@ -289,7 +285,8 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		srv := m.metrics.server(o.Profiling)
+		log.Info("serving metrics", "addr", metricsAddr, "paths", "/metrics /health")
+		srv := m.metrics.server(o.Profiling, m.health)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -396,6 +393,12 @@ type mounted struct {
 	highest  atomic.Int64 // highest step read, -1 before the first read
 	lastRead atomic.Int64 // unix nanoseconds of the latest read
 	polls    atomic.Int64 // refreshes of the manifest log
+
+	// Health (/health): the stream gone from the store, the manifest
+	// refresh failing.
+	streamGone        atomic.Bool
+	refreshFailing    atomic.Bool
+	heartbeatFailures atomic.Int64
 }
 
 // committed reports whether step n is live in the view.
@@ -471,6 +474,7 @@ func (m *mounted) tail(ctx context.Context) {
 		last = time.Now()
 		m.polls.Add(1)
 		n, err := m.txlog.Refresh(ctx, m.state)
+		m.refreshFailing.Store(err != nil && ctx.Err() == nil)
 		if n > 0 {
 			m.publish()
 		}
@@ -517,5 +521,5 @@ func rankList(ranks []int, n int) string {
 	if ranks == nil {
 		return fmt.Sprintf("all (0-%d)", n-1)
 	}
-	return FormatRanks(ranks)
+	return flagval.FormatRanks(ranks)
 }

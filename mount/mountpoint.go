@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 // ErrInUse: the mount point already has a live filesystem mounted on it.
@@ -134,11 +136,11 @@ func prepare(path string, log *slog.Logger, tries int) error {
 		}
 		return fmt.Errorf("mount point %s does not answer (a hung filesystem is mounted there); free it with: %s", path, hint)
 	case errors.Is(err, os.ErrNotExist):
-		return Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
+		return flagval.Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
 	case err != nil:
 		return fmt.Errorf("mount point %s: %w", path, err)
 	case !fi.IsDir():
-		return Usagef("mount point %s is not a directory", path)
+		return flagval.Usagef("mount point %s is not a directory", path)
 	}
 	m, ok, err := findMount(path)
 	if err != nil {
@@ -181,8 +183,9 @@ func setReadAhead(path string, bytes int64) error {
 	return os.WriteFile(f, []byte(strconv.FormatInt(bytes>>10, 10)), 0o644)
 }
 
-// abortConnection aborts the FUSE connection of the filesystem mounted at
-// path (through fusectl), so a detached mount still in use stops at once.
+// abortConnection aborts FUSE connection dev (the device number of the
+// mount, see devNumber) through fusectl, mounting fusectl if needed, so a
+// detached mount still in use stops at once.
 func abortConnection(dev uint64) error {
 	dir := "/sys/fs/fuse/connections"
 	if _, err := os.Stat(filepath.Join(dir, strconv.FormatUint(dev, 10))); err != nil {
@@ -193,27 +196,33 @@ func abortConnection(dev uint64) error {
 	return os.WriteFile(filepath.Join(dir, strconv.FormatUint(dev, 10), "abort"), []byte("1"), 0o200)
 }
 
+// FSType is the filesystem type of a lakefs mount in /proc/self/mountinfo
+// ("fuse." + the FUSE mount's Name).
+const FSType = "fuse.lakefs"
+
 // Abort frees the mount point path of a hung or dead lakefs-mount: it
 // aborts the FUSE connection mounted there (every request blocked in it,
 // and every later one, fails with ENOTCONN instead of waiting forever) and
 // detaches the mount, so that the next lakefs-mount on path starts clean.
-// It never looks inside path (a hung filesystem would block it). The
+// It refuses anything but a lakefs mount: a mistyped path must not kill
+// another filesystem (an s3fs mount a trainer writes checkpoints to). It
+// never looks inside the mount (a hung filesystem would block it). The
 // process that served the mount is not signalled: a stopped or stuck one is
 // the operator's to kill.
 func Abort(path string) error {
-	abs, err := filepath.Abs(path)
+	abs, err := resolveMountpoint(path)
 	if err != nil {
-		return Usagef("mount point %q: %v", path, err)
+		return err
 	}
 	m, ok, err := findMount(abs)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return Usagef("nothing is mounted on %s; nothing to abort", abs)
+		return flagval.Usagef("nothing is mounted on %s; nothing to abort", abs)
 	}
-	if !strings.HasPrefix(m.fstype, "fuse") {
-		return Usagef("%s has a %s filesystem mounted, not a FUSE one; refusing to touch it", abs, m.fstype)
+	if m.fstype != FSType {
+		return flagval.Usagef("%s has a %s filesystem (%s) mounted, not a lakefs mount (%s); refusing to abort it", abs, m.fstype, m.source, FSType)
 	}
 	dev, err := devNumber(m.dev)
 	if err != nil {
@@ -227,4 +236,41 @@ func Abort(path string) error {
 		return fmt.Errorf("detaching %s: %w; run umount -l %s", abs, err, abs)
 	}
 	return nil
+}
+
+// resolveMountpoint is path as the kernel recorded the mount on it: absolute,
+// symlinks resolved. Only the parent is resolved first, because stat of the
+// mount point itself would block on a hung filesystem; the last element is
+// followed only when it is not a mount point, and then with a timeout.
+func resolveMountpoint(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", flagval.Usagef("mount point %q: %v", path, err)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", flagval.Usagef("mount point %s: %v", abs, err)
+	}
+	abs = filepath.Join(dir, filepath.Base(abs))
+	if _, ok, err := findMount(abs); err != nil || ok {
+		return abs, err
+	}
+	type res struct {
+		p   string
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		p, err := filepath.EvalSymlinks(abs)
+		ch <- res{p, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return abs, nil // reported as "nothing is mounted"
+		}
+		return r.p, nil
+	case <-time.After(statTimeout):
+		return abs, nil
+	}
 }

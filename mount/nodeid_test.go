@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -45,7 +46,7 @@ func TestNodeIDInUseRefused(t *testing.T) {
 	put(txn.Heartbeat{NodeID: "live-here", Host: host, PID: os.Getppid(), Time: now})
 	for id, refused := range map[string]bool{"other-host": true, "live-here": true, "stale": false, "dead": false, "absent": false} {
 		err := checkNodeIDFree(t.Context(), s, id, now)
-		if got := errors.Is(err, ErrNodeIDInUse) && errors.Is(err, ErrUsage); got != refused {
+		if got := errors.Is(err, ErrNodeIDInUse) && errors.Is(err, flagval.ErrUsage); got != refused {
 			t.Errorf("%s: %v, refused want %v", id, err, refused)
 		}
 	}

@@ -35,6 +35,11 @@ type RunOptions struct {
 	Strategy txn.Strategy // default DAC
 	Logger   *slog.Logger
 	// Observe and OnBatch report progress (metrics, the live line).
+	// Observe is called from the producer's committer goroutine. OnBatch
+	// is called from two goroutines, the scanning loop (rejected batches,
+	// batches committed before a restart, back-pressure) and the cleaner
+	// (committed batches), possibly at once: it must be safe for
+	// concurrent use.
 	Observe func(txn.CommitStats)
 	OnBatch func(BatchEvent)
 }
@@ -46,7 +51,13 @@ type BatchEvent struct {
 	Bytes    int64
 	Rejected string // the reason, when rejected
 	Already  bool   // the batch was committed before, as Step, and only removed now
-	Waiting  string // set (and nothing else) while back-pressure holds uploads
+	// Unmoved: the rejected batch could not be moved to _rejected (a full
+	// disk); it stays staged, untouched, and is moved on a later pass.
+	Unmoved string
+	Waiting string // set (and nothing else) while back-pressure holds uploads
+	// Skipped: a sealed entry that is never picked up (a symlink, a '_' or
+	// '.' name), and why; reported once per entry.
+	Skipped string
 }
 
 // Run seals the staging tree's batches into steps, in name order, exactly
@@ -76,7 +87,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}, appended: map[string]bool{}}
+	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}, appended: map[string]bool{},
+		unmovable: map[string]string{}, skipped: map[string]bool{}}
 	res := p.Resume()
 	r.cursor = res.Cursor
 	for _, n := range res.Recent {
@@ -112,6 +124,12 @@ type runner struct {
 	committed map[string]bool // batch names the manifest says are committed
 	cleanup   chan cleanupJob
 	lastGC    time.Time
+	// unmovable: rejected batches that could not leave the tree, with
+	// their reason (kept: once later batches commit, the cursor passes
+	// them and would give a misleading one). skipped: entries reported
+	// as never picked up.
+	unmovable map[string]string
+	skipped   map[string]bool
 
 	// appended holds the batches this process handed to the producer and
 	// has not removed yet: they sort at or below the cursor but are in
@@ -138,7 +156,7 @@ func (r *runner) loop(ctx context.Context) error {
 	var first []string
 	if r.Once {
 		var err error
-		if first, err = r.Tree.SealedBatches(); err != nil {
+		if first, err = r.scan(); err != nil {
 			return err
 		}
 	}
@@ -151,7 +169,7 @@ func (r *runner) loop(ctx context.Context) error {
 		names := first
 		if !r.Once {
 			var err error
-			if names, err = r.Tree.SealedBatches(); err != nil {
+			if names, err = r.scan(); err != nil {
 				return err
 			}
 		}
@@ -170,8 +188,29 @@ func (r *runner) loop(ctx context.Context) error {
 	}
 }
 
+// scan lists the sealed batches and reports, once each, the sealed
+// entries that are never picked up.
+func (r *runner) scan() ([]string, error) {
+	names, skipped, err := r.Tree.Scan()
+	if err != nil {
+		return nil, err
+	}
+	for _, sk := range skipped {
+		if r.skipped[sk.Name] {
+			continue
+		}
+		r.skipped[sk.Name] = true
+		r.Logger.Warn("sealed entry not picked up", "entry", sk.Name, "why", sk.Why)
+		r.event(BatchEvent{Name: sk.Name, Step: -1, Skipped: sk.Why})
+	}
+	return names, nil
+}
+
 // batch handles one sealed batch.
 func (r *runner) batch(ctx context.Context, name string) error {
+	if why, ok := r.unmovable[name]; ok {
+		return r.reject(name, why)
+	}
 	switch {
 	case r.isAppended(name):
 		return r.p.Err() // in flight: the cleaner removes it once committed
@@ -193,6 +232,11 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		r.event(BatchEvent{Name: name, Step: step, Already: true})
 		return nil
 	case name <= r.cursor:
+		// An invalid batch is told what is wrong with it first: renaming
+		// it alone would not make it commit.
+		if _, err := r.Tree.Load(name, r.Log.Config.Ranks); errors.Is(err, ErrInvalid) {
+			return r.reject(name, err.Error())
+		}
 		return r.reject(name, fmt.Sprintf("batch %q is named at or below this producer's cursor %q and was never committed: batches commit in name order; rename it to sort after %q to commit it", name, r.cursor, r.cursor))
 	}
 	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
@@ -223,13 +267,28 @@ func (r *runner) batch(ctx context.Context, name string) error {
 	return nil
 }
 
+// reject moves a batch to _rejected. One that cannot be moved (a full
+// disk) stays staged and is retried on later passes, reported once; the
+// run goes on, as committing later batches is what frees space.
 func (r *runner) reject(name, reason string) error {
+	_, retry := r.unmovable[name]
 	dst, err := r.Tree.Reject(name, reason)
+	if errors.Is(err, ErrUnmovable) {
+		r.unmovable[name] = reason
+		if !retry {
+			r.Logger.Warn("batch rejected but not moved; it stays staged and is moved on a later pass", "batch", name, "reason", reason, "err", err)
+			r.event(BatchEvent{Name: name, Step: -1, Rejected: reason, Unmoved: err.Error()})
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
+	delete(r.unmovable, name)
 	r.Logger.Warn("batch rejected", "batch", name, "moved_to", dst, "reason", reason)
-	r.event(BatchEvent{Name: name, Step: -1, Rejected: reason})
+	if !retry {
+		r.event(BatchEvent{Name: name, Step: -1, Rejected: reason})
+	}
 	return nil
 }
 

@@ -1,4 +1,6 @@
-// Package stage reads the staging tree that writers in any language fill:
+// Package stage reads the staging tree that writers in any language fill,
+// and Run turns its sealed batches into committed steps (the loop of
+// `lakefs-produce run`):
 //
 //	<staging>/<batch>/rank-<r>/<files, subdirectories allowed>
 //	<staging>/<batch>/<step-level files>
@@ -8,13 +10,22 @@
 //   - A batch without _SEALED is never read, moved or removed.
 //   - Names beginning with '.' or '_' at the top of the tree are never
 //     picked up as batches; the package uses them for its own bookkeeping
-//     (_rejected/, and .<batch>.done-* while a committed batch is removed).
+//     (_lock, _rejected/, and .<batch>.done-* while a committed batch is
+//     removed).
+//   - A staging directory belongs to one running producer: Run holds an
+//     exclusive flock on _lock (Tree.Lock) for as long as it runs.
 //   - A batch leaves the tree in one rename: to _rejected/<batch>/ when it
 //     is invalid (with a _REASON file), or to a dot name before it is
 //     deleted once its commit is durable. A crash leaves either the whole
 //     batch under its name or none of it.
-//   - Top-level names beginning with '_' inside a batch (_SEALED, _REASON)
-//     are the protocol's, never data.
+//   - Inside a batch only two top-level names are the protocol's, never
+//     data: _SEALED (the writer's seal) and _REASON (the producer's
+//     rejection reason). Every other name, '_'-prefixed ones included, is
+//     committed; a sealed batch holding its own _REASON is rejected, never
+//     committed without it or deleted.
+//   - Nothing that was not committed is deleted: a batch is removed only
+//     after its commit is durable, and then it holds only committed files,
+//     its _SEALED and empty directories.
 package stage
 
 import (
@@ -83,26 +94,42 @@ func Open(dir string) (*Tree, error) {
 	return &Tree{Dir: abs}, nil
 }
 
-// SealedBatches returns the names of the sealed batches, in name order.
-func (t *Tree) SealedBatches() ([]string, error) {
+// Skipped is a top-level entry that looks like a sealed batch but is never
+// picked up, and why.
+type Skipped struct {
+	Name, Why string
+}
+
+// Scan returns the names of the sealed batches, in name order, and the
+// sealed entries it will never pick up (a symlink, a '_' or '.' name):
+// they stay where they are, untouched, and a user should be told why.
+func (t *Tree) Scan() (names []string, skipped []Skipped, err error) {
 	ents, err := os.ReadDir(t.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading staging directory: %w", err)
+		return nil, nil, fmt.Errorf("reading staging directory: %w", err)
 	}
-	var names []string
 	for _, e := range ents {
 		n := e.Name()
-		if strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || !e.IsDir() {
-			continue
-		}
 		// Only a regular file seals: a directory named _SEALED is a
 		// writer's mistake, not its promise that the batch is complete.
-		if fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed)); err == nil && fi.Mode().IsRegular() {
+		// (Lstat follows a symlinked batch directory, not the marker.)
+		fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		switch {
+		case n == RejectedDir || strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".done"):
+			// the producer's own
+		case strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_"):
+			skipped = append(skipped, Skipped{n, "names beginning with '.' or '_' in the staging directory are the producer's own, never batches; rename it to commit it"})
+		case e.Type()&fs.ModeSymlink != 0:
+			skipped = append(skipped, Skipped{n, "it is a symlink: a batch must be a directory in the staging directory itself; move the directory here (mv) instead of linking to it"})
+		case e.IsDir():
 			names = append(names, n)
 		}
 	}
 	slices.Sort(names) // ReadDir sorts already; the order is the contract
-	return names, nil
+	return names, skipped, nil
 }
 
 // Load reads and validates a sealed batch for a stream of ranks ranks. An
@@ -123,10 +150,14 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 	for _, e := range ents {
 		n := e.Name()
 		p := filepath.Join(b.Dir, n)
-		if strings.HasPrefix(n, "_") {
+		switch {
+		case n == Sealed:
 			continue
-		}
-		if strings.HasPrefix(n, "rank-") && !e.IsDir() {
+		case n == Reason:
+			return nil, invalid("%s at the top of a batch is reserved for the producer's rejection reason; rename it (any other name is committed)", Reason)
+		case strings.HasPrefix(n, "rank-") && e.Type()&fs.ModeSymlink != 0:
+			return nil, invalid("%s is a symlink: a rank directory must be a real directory inside the batch; move (or copy) the directory into the batch instead of linking to it", n)
+		case strings.HasPrefix(n, "rank-") && !e.IsDir():
 			return nil, invalid("%s is a %s, not a directory: names rank-N at the top of a batch are rank directories; rename it", n, entryKind(e.Type()))
 		}
 		if strings.HasPrefix(n, "rank-") {
@@ -137,7 +168,7 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 			if r >= ranks {
 				return nil, invalid("extra rank directory %q: the stream has %d ranks (rank-0 .. rank-%d)", n, ranks, ranks-1)
 			}
-			files, err := walk(p, "")
+			files, err := walk(p, "", n+"/")
 			if err != nil {
 				return nil, err
 			}
@@ -148,7 +179,7 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 			b.Ranks[r] = files
 			continue
 		}
-		files, err := walkEntry(p, n, e)
+		files, err := walkEntry(p, n, "", e)
 		if err != nil {
 			return nil, err
 		}
@@ -168,8 +199,9 @@ func (t *Tree) Load(name string, ranks int) (*Batch, error) {
 }
 
 // walk lists the regular files under dir, names relative to it prefixed
-// with rel, in name order.
-func walk(dir, rel string) ([]File, error) {
+// with rel, in name order. Reasons name a file as top+name: its path
+// inside the batch, rank directory included.
+func walk(dir, rel, top string) ([]File, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", dir, err)
@@ -180,7 +212,7 @@ func walk(dir, rel string) ([]File, error) {
 		if rel != "" {
 			name = rel + "/" + name
 		}
-		files, err := walkEntry(filepath.Join(dir, e.Name()), name, e)
+		files, err := walkEntry(filepath.Join(dir, e.Name()), name, top, e)
 		if err != nil {
 			return nil, err
 		}
@@ -189,13 +221,16 @@ func walk(dir, rel string) ([]File, error) {
 	return out, nil
 }
 
-func walkEntry(p, name string, e fs.DirEntry) ([]File, error) {
+func walkEntry(p, name, top string, e fs.DirEntry) ([]File, error) {
 	if err := checkName(name); err != nil {
+		if top != "" {
+			return nil, fmt.Errorf("%w: in %s: %v", ErrInvalid, strings.TrimSuffix(top, "/"), err)
+		}
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	switch t := e.Type(); {
 	case t.IsDir():
-		return walk(p, name)
+		return walk(p, name, top)
 	case t.IsRegular():
 		fi, err := e.Info()
 		if err != nil {
@@ -203,9 +238,9 @@ func walkEntry(p, name string, e fs.DirEntry) ([]File, error) {
 		}
 		return []File{{Name: name, Path: p, Size: fi.Size()}}, nil
 	case t&fs.ModeSymlink != 0:
-		return nil, fmt.Errorf("%w: %s is a symlink: stage regular files only", ErrInvalid, name)
+		return nil, fmt.Errorf("%w: %s%s is a symlink: stage regular files only", ErrInvalid, top, name)
 	default:
-		return nil, fmt.Errorf("%w: %s is a %s, not a regular file", ErrInvalid, name, kind(t))
+		return nil, fmt.Errorf("%w: %s%s is a %s, not a regular file", ErrInvalid, top, name, kind(t))
 	}
 }
 
@@ -255,14 +290,17 @@ func (b *Batch) Batch() txn.Batch {
 // Reject moves a batch, whole, to _rejected/<batch>/ with a _REASON file.
 // The reason is written into the batch first, so the move is the one step
 // that takes it out of the tree. A name already taken under _rejected gets
-// a numeric suffix: rejected data is never overwritten or deleted.
+// a numeric suffix: rejected data is never overwritten or deleted, and
+// neither is a _REASON the writer put there (ours goes to _REASON.1, ...).
+//
+// Writing the reason is best-effort: on a full disk the batch still moves
+// (the reason is in the caller's log line). If it cannot move, it stays
+// where it is, as the writer left it, and the error wraps ErrUnmovable:
+// later batches can still commit, and a later pass moves it.
 func (t *Tree) Reject(name, reason string) (string, error) {
 	src := filepath.Join(t.Dir, name)
-	if err := os.WriteFile(filepath.Join(src, Reason), []byte(reason+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("rejecting batch %s: %w", name, err)
-	}
 	if err := os.MkdirAll(filepath.Join(t.Dir, RejectedDir), 0o755); err != nil {
-		return "", fmt.Errorf("rejecting batch %s: %w", name, err)
+		return "", fmt.Errorf("%w: rejecting batch %s: %w", ErrUnmovable, name, err)
 	}
 	dst := filepath.Join(t.Dir, RejectedDir, name)
 	for i := 1; ; i++ {
@@ -271,10 +309,47 @@ func (t *Tree) Reject(name, reason string) (string, error) {
 		}
 		dst = filepath.Join(t.Dir, RejectedDir, fmt.Sprintf("%s.%d", name, i))
 	}
+	written := writeReason(src, reason)
 	if err := os.Rename(src, dst); err != nil {
-		return "", fmt.Errorf("rejecting batch %s: %w", name, err)
+		if written != "" {
+			_ = os.Remove(written) // leave the batch as the writer left it
+		}
+		return "", fmt.Errorf("%w: rejecting batch %s: %w", ErrUnmovable, name, err)
 	}
 	return dst, syncDir(t.Dir)
+}
+
+// ErrUnmovable classifies a rejected batch that could not be moved out of
+// the tree (a full disk, permissions): it stays staged, untouched.
+var ErrUnmovable = errors.New("rejected batch not moved")
+
+// writeReason writes reason into the first free name of _REASON,
+// _REASON.1, ... in dir (never over a file already there) and returns the
+// path written, or "" when it could not write it whole.
+func writeReason(dir, reason string) string {
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, Reason)
+		if i > 0 {
+			p += "." + strconv.Itoa(i)
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return ""
+		}
+		_, err = f.WriteString(reason + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			// A partial reason is worse than none: the log has it whole.
+			_ = os.Remove(p)
+			return ""
+		}
+		return p
+	}
 }
 
 // Remove deletes a committed batch: a rename to a dot name takes it out of
@@ -330,7 +405,8 @@ var ErrLocked = errors.New("staging directory in use")
 // Lock takes the staging directory for producer id until unlock is called
 // (or the process dies: the kernel drops a flock with its holder). The
 // holder's id and pid are written into the lock file so a refused producer
-// can name it.
+// can name it. Writing the name is best-effort: on a full staging disk the
+// lock itself still holds, and committing is what frees the space.
 func (t *Tree) Lock(id string) (unlock func(), err error) {
 	p := filepath.Join(t.Dir, LockFile)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
@@ -347,10 +423,10 @@ func (t *Tree) Lock(id string) (unlock func(), err error) {
 		return nil, fmt.Errorf("locking staging directory %s: %w", p, err)
 	}
 	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(fmt.Sprintf("producer %s (pid %d)\n", id, os.Getpid())), 0)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("writing %s: %w", p, err)
+		// An error leaves the file empty (a refused producer then names
+		// no holder); the flock is what excludes.
+		if _, err := f.WriteAt([]byte(fmt.Sprintf("producer %s (pid %d)\n", id, os.Getpid())), 0); err != nil {
+			_ = f.Truncate(0)
 		}
 	}
 	return func() { f.Close() }, nil

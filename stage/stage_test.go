@@ -134,14 +134,29 @@ func TestRejectionReasons(t *testing.T) {
 			if err := syscall.Mkfifo(filepath.Join(dir, "rank-0", "pipe"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "fifo"},
+		}, "rank-0/pipe is a fifo"},
+		{"nested-fifo", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/sub/a": "x", stage.Sealed: ""})
+			if err := syscall.Mkfifo(filepath.Join(dir, "rank-1", "sub", "pipe"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "rank-1/sub/pipe is a fifo"},
+		{"symlinked-rank", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "elsewhere/a": "x", stage.Sealed: ""})
+			if err := os.Symlink("elsewhere", filepath.Join(dir, "rank-1")); err != nil {
+				t.Fatal(err)
+			}
+		}, "rank-1 is a symlink: a rank directory must be a real directory"},
+		{"writers-reason", func(t *testing.T, dir string) {
+			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", stage.Reason: "the writer's own", stage.Sealed: ""})
+		}, "_REASON at the top of a batch is reserved"},
 		{"device", func(t *testing.T, dir string) {
 			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", stage.Sealed: ""})
 			// /dev/null's numbers: 1,3.
 			if err := syscall.Mknod(filepath.Join(dir, "rank-0", "null"), syscall.S_IFCHR|0o644, 1<<8|3); err != nil {
 				t.Fatalf("mknod (the tests run as root): %v", err)
 			}
-		}, "device"},
+		}, "rank-0/null is a device"},
 		{"rank-file", func(t *testing.T, dir string) {
 			write(t, dir, map[string]string{"rank-0/a": "x", "rank-1/a": "x", "rank-9": "x", stage.Sealed: ""})
 		}, "rank-9 is a file, not a directory"},
@@ -162,9 +177,17 @@ func TestRejectionReasons(t *testing.T) {
 		if !strings.Contains(reason, c.reason) {
 			t.Errorf("%s: reason %q does not say %q", c.name, reason, c.reason)
 		}
-		// Moved whole, with the reason, never deleted.
+		// Moved whole, with the reason, never deleted; a writer's own
+		// _REASON is kept and ours goes beside it.
 		dir := filepath.Join(e.staging, stage.RejectedDir, c.name)
-		b, err := os.ReadFile(filepath.Join(dir, stage.Reason))
+		reasonFile := stage.Reason
+		if c.name == "writers-reason" {
+			reasonFile += ".1"
+			if b, err := os.ReadFile(filepath.Join(dir, stage.Reason)); string(b) != "the writer's own" {
+				t.Errorf("the writer's %s was overwritten: %q %v", stage.Reason, b, err)
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, reasonFile))
 		if err != nil || !strings.Contains(string(b), c.reason) {
 			t.Errorf("%s: %s: %q %v", c.name, stage.Reason, b, err)
 		}
@@ -507,5 +530,190 @@ func TestNamesFORMATAllows(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.staging, "b002", "rank-0", "a")); err != nil {
 		t.Fatalf("the unsealed batch was touched: %v", err)
+	}
+}
+
+// sharedNames lists the step-level file names committed as step.
+func (e *env) sharedNames(t *testing.T, step int64) []string {
+	t.Helper()
+	st, err := e.log.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.log.Pack(t.Context(), st.Steps[step-st.LiveFrom], -1)
+	if err != nil || p == nil {
+		t.Fatalf("step %d's step-level pack: %v %v", step, p, err)
+	}
+	var names []string
+	for _, f := range p.Files {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// TestUnderscoreNamesCommitted: step-level names beginning with '_' are
+// data, committed like any other; only the top-level _SEALED is not.
+// Before, _meta.json and _extra/f were dropped and the batch deleted.
+func TestUnderscoreNamesCommitted(t *testing.T) {
+	e := newEnv(t)
+	write(t, filepath.Join(e.staging, "b1"), map[string]string{
+		"rank-0/x": "0", "rank-1/_x": "1", "shared.txt": "s", "_meta.json": "{}", "_extra/f": "f", stage.Sealed: "",
+	})
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	got := strings.Join(e.sharedNames(t, 0), " ")
+	if got != "_extra/f _meta.json shared.txt" {
+		t.Fatalf("step-level files committed: %q, want _extra/f _meta.json shared.txt", got)
+	}
+}
+
+// TestSkippedEntriesReported: a sealed batch that is a symlink, or whose
+// name begins with '_' or '.', is never picked up and never touched, and
+// the run says so once per entry (it used to say nothing).
+func TestSkippedEntriesReported(t *testing.T) {
+	e := newEnv(t)
+	elsewhere := t.TempDir()
+	batch(t, elsewhere, "real")
+	if err := os.Symlink(filepath.Join(elsewhere, "real"), filepath.Join(e.staging, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	batch(t, e.staging, "_under")
+	batch(t, e.staging, ".dot")
+	batch(t, e.staging, "b1")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := map[string]string{}
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true,
+		OnBatch: func(b stage.BatchEvent) {
+			if b.Skipped != "" {
+				skipped[b.Name] += b.Skipped
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"linked": "is a symlink", "_under": "beginning with '.' or '_'", ".dot": "beginning with '.' or '_'"}
+	for n, says := range want {
+		if !strings.Contains(skipped[n], says) {
+			t.Errorf("%s: reported %q, want it to say %q", n, skipped[n], says)
+		}
+		if _, err := os.Stat(filepath.Join(e.staging, n, "rank-0", "a.bin")); err != nil {
+			t.Errorf("%s was touched: %v", n, err)
+		}
+	}
+	if len(skipped) != len(want) {
+		t.Errorf("reported %v, want exactly %v", skipped, want)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
+		t.Fatalf("steps %v, want only b1", steps)
+	}
+}
+
+// tmpfs mounts a small tmpfs (the tests run as root) and unmounts it when
+// the test ends.
+func tmpfs(t *testing.T, opts string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
+		t.Fatalf("mount tmpfs (the tests run as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill takes every free block and inode of the filesystem holding dir,
+// in files named fill-*, so that any new file or write fails with ENOSPC.
+func fill(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "fill-blocks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for err == nil {
+		_, err = f.Write(chunk)
+	}
+	f.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling %s: %v", dir, err)
+	}
+	for i := 0; ; i++ {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fill-%d", i)))
+		if errors.Is(err, syscall.ENOSPC) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
+// TestFullStagingDisk: on a full staging filesystem (no block, no inode
+// free) the producer still takes its lock and commits every valid batch,
+// which is what frees the space; an invalid batch that cannot be moved to
+// _rejected stays staged, whole, and later batches still commit. Once
+// space is free, the next run moves it with its original reason. Before,
+// run failed writing _lock, or stopped at writing b2/_REASON.
+func TestFullStagingDisk(t *testing.T) {
+	e := newEnv(t)
+	e.staging = tmpfs(t, "size=1m,nr_inodes=64")
+	batch(t, e.staging, "b1")
+	write(t, filepath.Join(e.staging, "b2"), map[string]string{"rank-0/a": "only rank 0", stage.Sealed: ""})
+	batch(t, e.staging, "b3")
+	write(t, e.staging, map[string]string{stage.LockFile: ""}) // left by an earlier run
+	fill(t, e.staging)
+
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unmoved []string
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true,
+		OnBatch: func(b stage.BatchEvent) {
+			if b.Unmoved != "" {
+				unmoved = append(unmoved, b.Name)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("run on a full staging disk: %v", err)
+	}
+	if steps := e.steps(t); len(steps) != 2 || steps["b1"] != 0 || steps["b3"] != 1 {
+		t.Fatalf("steps %v, want b1 and b3", steps)
+	}
+	if fmt.Sprint(unmoved) != "[b2]" {
+		t.Fatalf("reported unmoved %v, want [b2]", unmoved)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.staging, "b2", "rank-0", "a")); string(b) != "only rank 0" {
+		t.Fatalf("the unmovable batch was touched: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(e.staging, "b2", stage.Reason)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a partial %s was left in the staged batch: %v", stage.Reason, err)
+	}
+
+	ents, _ := os.ReadDir(e.staging)
+	for _, ent := range ents {
+		if strings.HasPrefix(ent.Name(), "fill-") {
+			os.Remove(filepath.Join(e.staging, ent.Name()))
+		}
+	}
+	rejected := e.run(t, "p")
+	if !strings.Contains(rejected["b2"], "missing rank directory rank-1") {
+		t.Fatalf("b2 once space is free: %q, want its own reason, not the cursor's", rejected["b2"])
+	}
+	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "b2", stage.Reason))
+	if err != nil || !strings.Contains(string(b), "missing rank directory") {
+		t.Fatalf("b2's %s: %q %v", stage.Reason, b, err)
 	}
 }

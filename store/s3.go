@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // DefaultPartSize is the multipart threshold and part size of the S3 backend.
@@ -37,6 +38,7 @@ const deleteBatch = 1000
 
 type s3Store struct {
 	client   *s3.Client
+	endpoint string // as given; "" for AWS
 	bucket   string
 	prefix   string // "" or "some/prefix/" (with the trailing slash)
 	partSize int64
@@ -144,7 +146,7 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	s := &s3Store{client: client, bucket: o.Bucket, partSize: o.PartSize}
+	s := &s3Store{client: client, endpoint: o.Endpoint, bucket: o.Bucket, partSize: o.PartSize}
 	if loopbackHTTP(o.Endpoint) {
 		s.writeOpts = []func(*s3.Options){func(so *s3.Options) {
 			so.APIOptions = append(so.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
@@ -160,26 +162,69 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	// wrong secret and a missing bucket all look alike (versitygw answers
 	// a bare 404 to all of them).
 	_, err = client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(o.Bucket), MaxKeys: aws.Int32(1)})
-	at := endpointName(o.Endpoint)
-	switch {
-	case err == nil:
-		return s, nil
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
-	case isCode(err, 0, "NoSuchBucket"):
-		return nil, fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL",
-			ErrNotFound, o.Bucket, at, o.Bucket)
-	case isCode(err, 0, "InvalidAccessKeyId", "XAdminUserNotFound"): // the latter: versitygw
-		return nil, fmt.Errorf("%w: %s does not know the access key in AWS_ACCESS_KEY_ID (or your AWS profile); fix the access key",
-			ErrCredentials, at)
-	case isCode(err, 0, "SignatureDoesNotMatch"):
-		return nil, fmt.Errorf("%w: %s rejected the request signature: the secret key (AWS_SECRET_ACCESS_KEY) does not match the access key; fix the secret key",
-			ErrCredentials, at)
-	case isCode(err, 403, "AccessDenied"):
-		return nil, fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it",
-			ErrCredentials, o.Bucket, at)
+	if err != nil {
+		return nil, openError(ctx, o, s, err)
 	}
-	return nil, fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+	return s, nil
+}
+
+// openError says what the bucket check's failure means and what to do.
+func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
+	at := endpointName(o.Endpoint)
+	// Without endpoint= the request went to AWS: a bucket on another
+	// server then looks missing, denied or unknown.
+	hint := ""
+	if o.Endpoint == "" {
+		hint = " (the store URL has no endpoint=, so this went to AWS; for another S3 server add endpoint=http://host:port)"
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
+	case isCode(err, 0, "NoSuchBucket"):
+		return fmt.Errorf("%w: s3 bucket %q does not exist at %s; create it (aws s3 mb s3://%s) or fix the store URL%s",
+			ErrNotFound, o.Bucket, at, o.Bucket, hint)
+	case isCode(err, 0, "InvalidAccessKeyId", "XAdminUserNotFound"): // the latter: versitygw
+		return fmt.Errorf("%w: %s does not know the access key in AWS_ACCESS_KEY_ID (or your AWS profile); fix the access key%s",
+			ErrCredentials, at, hint)
+	case isCode(err, 0, "SignatureDoesNotMatch"):
+		return fmt.Errorf("%w: %s rejected the request signature: the secret key (AWS_SECRET_ACCESS_KEY) does not match the access key; fix the secret key%s",
+			ErrCredentials, at, hint)
+	case isCode(err, 403, "AccessDenied"):
+		return fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it%s",
+			ErrCredentials, o.Bucket, at, hint)
+	}
+	if why, ok := unreachable(err); ok {
+		if o.Endpoint == "" {
+			return fmt.Errorf("%w: cannot reach AWS S3 for bucket %q (%s); the store URL has no endpoint=: for another S3 server add endpoint=http://host:port, else check the network and region=",
+				ErrUnreachable, o.Bucket, why)
+		}
+		return fmt.Errorf("%w: cannot reach the S3 endpoint %s (%s); check that the server is running there and that endpoint= in the store URL has the right scheme, host and port",
+			ErrUnreachable, o.Endpoint, why)
+	}
+	return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+}
+
+// unreachable tells an error where no request got an answer (refused,
+// no route, no such host, TLS to a plain port) and names the cause
+// without the SDK's wrapping: the innermost network error's text.
+func unreachable(err error) (string, bool) {
+	var se *smithyhttp.RequestSendError
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.Error(), true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Error(), true
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error(), true
+	}
+	return se.Err.Error(), true
 }
 
 // ErrCredentials classifies missing, unknown or insufficient credentials.
@@ -249,6 +294,9 @@ func isCode(err error, status int, codes ...string) bool {
 // flatten keeps the SDK's error chain but gives it one line: the SDK's
 // messages embed request IDs and retry details that are noise to operators.
 func (s *s3Store) flatten(err error) error {
+	if why, ok := unreachable(err); ok {
+		return shortError{msg: fmt.Sprintf("cannot reach %s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrUnreachable, err)}
+	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		msg := ae.ErrorCode()
@@ -426,13 +474,27 @@ func (s *s3Store) write(ctx context.Context, op, key string, r io.Reader, size i
 	return nil
 }
 
+// drainTimeout bounds how long a cancelled multipart upload waits for its
+// request in flight and then for its abort: a stopping process waits at
+// most about twice this.
+const drainTimeout = 5 * time.Second
+
 // writeMultipart uploads parts one at a time, reusing one buffer, and makes
 // the object appear at CompleteMultipartUpload, which carries the
-// create-if-absent condition. A failed upload is aborted so that no parts
-// are left billing in the bucket.
+// create-if-absent condition. A failed or cancelled upload is aborted so
+// that no parts are left billing in the bucket.
+//
+// Cancelling ctx stops the upload between requests, but the request in
+// flight runs to its end (for at most drainTimeout): a part cut off after
+// its body was sent can still be stored by the server after the abort,
+// outside any upload that a listing shows (seen on versitygw).
 func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reader, size int64, exclusive bool) (err error) {
 	full := aws.String(s.key(key))
-	mp, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: full})
+	rctx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(drainTimeout, cancelRequests) })
+	defer stop()
+	mp, err := s.client.CreateMultipartUpload(rctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: full})
 	if err != nil {
 		return s.classify(ctx, op, key, err)
 	}
@@ -440,14 +502,17 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 		if err == nil {
 			return
 		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 		defer cancel()
-		_, _ = s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: full, UploadId: mp.UploadId})
+		s.abort(actx, full, mp.UploadId)
 	}()
 
 	buf := make([]byte, s.partSize)
 	var parts []types.CompletedPart
 	for num, left := int32(1), size; left > 0; num++ {
+		if err := ctxErr(ctx, op, key); err != nil {
+			return err
+		}
 		n := min(left, s.partSize)
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			return fmt.Errorf("s3 %s %s: reading part %d of input: %w", op, key, num, err)
@@ -458,7 +523,7 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 				return fmt.Errorf("s3 %s %s: %w", op, key, err)
 			}
 		}
-		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		out, err := s.client.UploadPart(rctx, &s3.UploadPartInput{
 			Bucket:        &s.bucket,
 			Key:           full,
 			UploadId:      mp.UploadId,
@@ -471,6 +536,9 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num)})
 	}
+	if err := ctxErr(ctx, op, key); err != nil {
+		return err // aborted rather than left as an orphan for gc
+	}
 	in := &s3.CompleteMultipartUploadInput{
 		Bucket:          &s.bucket,
 		Key:             full,
@@ -480,8 +548,64 @@ func (s *s3Store) writeMultipart(ctx context.Context, op, key string, r io.Reade
 	if exclusive {
 		in.IfNoneMatch = aws.String("*")
 	}
-	if _, err := s.client.CompleteMultipartUpload(ctx, in); err != nil {
+	if _, err := s.client.CompleteMultipartUpload(rctx, in); err != nil {
 		return s.classify(ctx, op, key, err)
+	}
+	return nil
+}
+
+// abort aborts an upload until ListParts confirms it is gone, or ctx
+// ends: a part whose request was still being handled when an abort went
+// out can land after it. What is left when ctx ends is gc's to abort.
+func (s *s3Store) abort(ctx context.Context, key, id *string) {
+	for {
+		_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: key, UploadId: id})
+		if err == nil || isCode(err, 404, "NoSuchUpload") {
+			out, err := s.client.ListParts(ctx, &s3.ListPartsInput{Bucket: &s.bucket, Key: key, UploadId: id})
+			if isCode(err, 404, "NoSuchUpload") || err == nil && len(out.Parts) == 0 {
+				return
+			}
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ListUploads implements UploadLister.
+func (s *s3Store) ListUploads(ctx context.Context, prefix string) ([]Upload, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(s.key(prefix))}
+	var ups []Upload
+	for {
+		out, err := s.client.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return nil, s.classify(ctx, "list uploads", prefix, err)
+		}
+		for _, u := range out.Uploads {
+			ups = append(ups, Upload{Key: strings.TrimPrefix(aws.ToString(u.Key), s.prefix), ID: aws.ToString(u.UploadId), Initiated: aws.ToTime(u.Initiated)})
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextKeyMarker == nil {
+			return ups, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
+// AbortUpload implements UploadLister.
+func (s *s3Store) AbortUpload(ctx context.Context, key, id string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: aws.String(s.key(key)), UploadId: aws.String(id)})
+	if err != nil && !isCode(err, 404, "NoSuchUpload") {
+		return s.classify(ctx, "abort upload", key, err)
 	}
 	return nil
 }

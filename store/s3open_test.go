@@ -27,6 +27,9 @@ func TestS3OpenMistakes(t *testing.T) {
 		{"no credentials", map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_EC2_METADATA_DISABLED": "true"}, srv.URL(bucket, "p"), store.ErrCredentials, "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
 		{"bucket name", nil, srv.URL("b", "p"), store.ErrInvalid, "bucket names are 3-63 characters"},
 		{"missing bucket", nil, srv.URL("no-such-bucket", "p"), store.ErrNotFound, "does not exist"},
+		// Port 1 on loopback: nothing listens there.
+		{"unreachable endpoint", nil, "s3://" + bucket + "/p?endpoint=http://127.0.0.1:1&path-style=true", store.ErrUnreachable,
+			"cannot reach the S3 endpoint http://127.0.0.1:1 (dial tcp 127.0.0.1:1: connect: connection refused); check that the server is running"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -37,11 +40,34 @@ func TestS3OpenMistakes(t *testing.T) {
 			if !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("%v; want %v saying %q", err, c.sentinel, c.says)
 			}
-			for _, noise := range []string{"RequestID", "HostID", "https", "\n"} {
+			for _, noise := range []string{"RequestID", "HostID", "https", "StatusCode", "\n"} {
 				if strings.Contains(err.Error(), noise) {
 					t.Fatalf("%q contains %q", err, noise)
 				}
 			}
 		})
+	}
+}
+
+// TestS3OpenWithoutEndpoint: a URL without endpoint= goes to AWS; whether
+// AWS is reachable from here or not, the one line says so and how to name
+// another server.
+func TestS3OpenWithoutEndpoint(t *testing.T) {
+	s3test.Start(t) // for its credentials in the environment
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	_, err := store.Open(t.Context(), "s3://lakestream-no-endpoint-test/p")
+	if err == nil {
+		t.Fatal("opened a bucket on AWS with test credentials")
+	}
+	t.Log(err)
+	for _, want := range []string{"no endpoint=", "add endpoint=http://host:port"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q does not say %q", err, want)
+		}
+	}
+	for _, noise := range []string{"RequestID", "HostID", "StatusCode", "\n"} {
+		if strings.Contains(err.Error(), noise) {
+			t.Fatalf("%q contains %q", err, noise)
+		}
 	}
 }

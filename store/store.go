@@ -43,6 +43,9 @@ var (
 	ErrRange = errors.New("range not satisfiable")
 	// ErrInvalid: a bad key or store URL. Retrying cannot help.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrUnreachable: the store's server could not be reached at all (no
+	// connection, no such host); no request got an answer.
+	ErrUnreachable = errors.New("store unreachable")
 )
 
 // Info describes one stored object.
@@ -145,7 +148,7 @@ const reservedDir = ".lakefs-tmp"
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir, s3://bucket/prefix or mem://name", ErrInvalid, Redact(rawURL))
+		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, Redact(rawURL))
 	}
 	// Messages quote the URL without anything that may be a secret.
 	shown := Redact(rawURL)
@@ -160,7 +163,7 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	case "mem":
 		return openMem(u, shown)
 	default:
-		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file://, s3:// or mem://", ErrInvalid, shown, u.Scheme)
+		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, shown, u.Scheme)
 	}
 }
 
@@ -253,6 +256,25 @@ type RangeStreamer interface {
 	// (never a short stream ending in io.EOF); a missing key is
 	// ErrNotFound. The caller closes the reader.
 	GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
+}
+
+// Upload is a multipart upload in progress: its parts are stored (and
+// billed) but in no listing of objects until it completes or is aborted.
+type Upload struct {
+	Key       string    `json:"key"`
+	ID        string    `json:"upload_id"`
+	Initiated time.Time `json:"initiated"`
+}
+
+// UploadLister is implemented by stores whose large writes go up as
+// multipart uploads (S3), so that gc can abort the ones a killed writer
+// left. Wrappers (Faulty, test counters) need not implement it.
+type UploadLister interface {
+	// ListUploads returns the uploads in progress whose keys start with
+	// prefix.
+	ListUploads(ctx context.Context, prefix string) ([]Upload, error)
+	// AbortUpload aborts one; an upload already gone is not an error.
+	AbortUpload(ctx context.Context, key, id string) error
 }
 
 // GetRangeStream streams the n bytes at [off, off+n) of key, through

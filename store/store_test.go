@@ -54,6 +54,11 @@ func TestBadURLs(t *testing.T) {
 		if strings.Contains(msg, "\n") || !strings.Contains(msg, c.mention) {
 			t.Errorf("open %q: error %q should be one line mentioning %s", c.url, msg, c.mention)
 		}
+		// The commands refuse mem:// (it dies with the process): a fix
+		// must not suggest it.
+		if !strings.HasPrefix(c.url, "mem:") && strings.Contains(msg, "mem://") {
+			t.Errorf("open %q: error %q suggests mem://, which the commands refuse", c.url, msg)
+		}
 	}
 }
 

@@ -18,10 +18,10 @@ import (
 	"github.com/lakestream/lakestream/txn/txntest"
 )
 
-// The benchmarks measure what DESIGN.md promises does not grow with the age
-// of a stream: the cost of one commit, of a mount's start-up (open + Load)
-// and of a mount's Refresh, on the file store, at log lengths of 100,
-// 10,000 and 100,000 versions:
+// The benchmarks measure what must not grow with the age of a stream
+// (docs/ARCHITECTURE.md, the path of a commit): the cost of one commit, of
+// a mount's start-up (open + Load) and of a mount's Refresh, on the file
+// store, at log lengths of 100, 10,000 and 100,000 versions:
 //
 //	go test -run XXX -bench . -benchtime 20x ./txn/
 //

@@ -13,6 +13,8 @@
 //	                             the shared files, then the index (a JSON
 //	                             section per region and a table); see
 //	                             Object and ReadIndex
+//	_consumers/<node>.json       a mount's Heartbeat, overwritten while it
+//	                             runs; gc and producers' --max-lead read it
 //
 // # Invariants
 //

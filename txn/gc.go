@@ -43,7 +43,12 @@ type GCReport struct {
 	LogDeleted     []string `json:"log_deleted"`  // versions and snapshots no reader needs
 	Orphans        []string `json:"orphans"`      // unreferenced data past the grace period
 	Bytes          int64    `json:"bytes"`        // of DataDeleted and Orphans
-	Version        uint64   `json:"version"`      // state version after gc
+	// UploadsAborted are multipart uploads under data/ begun longer than
+	// the grace period ago (a writer killed mid-upload left them; their
+	// parts are billed but in no listing of objects). Stores without
+	// multipart uploads have none.
+	UploadsAborted []store.Upload `json:"uploads_aborted"`
+	Version        uint64         `json:"version"` // state version after gc
 	// HeldBy lists the live consumers at or below the step the checkpoints
 	// allow reclaiming up to; without Force gc reclaims only below the
 	// slowest of them (AllowedBelow is what the checkpoints allow).
@@ -81,16 +86,23 @@ func ReclaimTarget(st *State) (int64, bool) {
 	return st.Checkpoints[len(st.Checkpoints)-k] + 1, true
 }
 
-// GC runs the lifecycle in order, each step idempotent and safe to run
+// GC runs the lifecycle in order, each phase idempotent and safe to run
 // from several processes at once:
 //
-//  1. Commit a reclamation record below ReclaimTarget: those steps leave
-//     every view at once; their packs become pending deletes.
-//  2. Delete pending packs reclaimed longer than Grace ago, then commit a
-//     purge record naming them.
-//  3. Delete log versions and snapshots no reader needs (see gcLog).
-//  4. Delete orphans: data objects no version references, older than
+//  1. reclaim: commit a reclamation record below ReclaimTarget (capped
+//     at the slowest live consumer unless Force): those steps leave every
+//     view at once; their packs become pending deletes.
+//  2. purgeReclaimed: delete pending packs reclaimed longer than Grace
+//     ago, then commit a purge record naming them.
+//  3. sweepLog: delete log versions and snapshots no reader needs.
+//  4. sweepOrphans: delete data objects no version references, older than
 //     Grace, that no commit can still reference (see orphanable).
+//  5. abortStaleUploads: abort multipart uploads under data/ begun longer
+//     than Grace ago (stores that have them).
+//
+// With DryRun each phase reports what it would do and changes nothing;
+// the phases after reclaim go on from the state the reclamation would
+// make, so the report lists what the same real run deletes.
 func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	if o.Grace == 0 && o.Now == nil {
 		o.Grace = DefaultGrace
@@ -98,123 +110,194 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	now := time.Now
-	if o.Now != nil {
-		now = o.Now
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	rep := &GCReport{}
+	g := &gcRun{l: l, GCOptions: o, rep: &GCReport{}}
 	st, err := l.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if st, err = g.reclaim(ctx, st); err != nil {
+		return nil, err
+	}
+	if err := g.purgeReclaimed(ctx, st); err != nil {
+		return nil, err
+	}
+	if err := g.sweepLog(ctx); err != nil {
+		return nil, err
+	}
+	if err := g.sweepOrphans(ctx, st); err != nil {
+		return nil, err
+	}
+	if err := g.abortStaleUploads(ctx); err != nil {
+		return nil, err
+	}
+	g.rep.Version = st.Version
+	return g.rep, nil
+}
 
-	// 1. Reclaim, never a step a live mount is reading (unless forced).
+// gcRun is one GC: its options (Now set) and the report its phases fill.
+type gcRun struct {
+	GCOptions
+	l   *Log
+	rep *GCReport
+}
+
+// reclaim commits the reclamation the checkpoints allow, never at or
+// above a live consumer's step unless forced. It returns the state to go
+// on from: the committed one, or with DryRun the one it would commit.
+func (g *gcRun) reclaim(ctx context.Context, st *State) (*State, error) {
 	target, ok := ReclaimTarget(st)
 	target = min(target, st.NextStep())
-	if ok && target > st.LiveFrom {
-		cons, err := Consumers(ctx, l.Store)
-		if err != nil {
+	if !ok || target <= st.LiveFrom {
+		return st, nil
+	}
+	cons, err := Consumers(ctx, g.l.Store)
+	if err != nil {
+		return nil, err
+	}
+	if holds, capped := ConsumerHolds(cons, target, g.Now()); len(holds) > 0 {
+		allowed := target
+		g.rep.HeldBy, g.rep.AllowedBelow, g.rep.Forced = holds, &allowed, g.Force
+		if !g.Force {
+			target = capped
+		}
+	}
+	if target <= st.LiveFrom {
+		return st, nil
+	}
+	g.rep.ReclaimedSteps = target - st.LiveFrom
+	g.rep.ReclaimedBelow = target
+	if g.DryRun {
+		sim := st.Clone()
+		if err := sim.Apply(&Version{Version: st.Version + 1, Time: g.Now(), Reclaim: &Reclaim{Below: target}}); err != nil {
 			return nil, err
 		}
-		if holds, capped := ConsumerHolds(cons, target, now()); len(holds) > 0 {
-			allowed := target
-			rep.HeldBy, rep.AllowedBelow, rep.Forced = holds, &allowed, o.Force
-			if !o.Force {
-				target = capped
-			}
-		}
+		return sim, nil
 	}
-	if ok && target > st.LiveFrom {
-		rep.ReclaimedSteps = target - st.LiveFrom
-		rep.ReclaimedBelow = target
-		if o.DryRun {
-			// Go on from the state the reclamation would make, so the report
-			// lists what the same real run deletes.
-			sim := st.Clone()
-			if err := sim.Apply(&Version{Version: st.Version + 1, Time: now(), Reclaim: &Reclaim{Below: target}}); err != nil {
-				return nil, err
-			}
-			st = sim
-		} else {
-			_, err := l.Commit(ctx, st, func(st *State) (*Version, error) {
-				if st.LiveFrom >= target {
-					return nil, nil // another gc did it
-				}
-				return &Version{Reclaim: &Reclaim{Below: target}}, nil
-			}, o.Logger)
-			if err != nil {
-				return nil, fmt.Errorf("committing reclamation below step %d: %w", target, err)
-			}
-			o.Logger.Info("reclaimed steps", "below", target, "steps", rep.ReclaimedSteps)
+	_, err = g.l.Commit(ctx, st, func(st *State) (*Version, error) {
+		if st.LiveFrom >= target {
+			return nil, nil // another gc did it
 		}
+		return &Version{Reclaim: &Reclaim{Below: target}}, nil
+	}, g.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("committing reclamation below step %d: %w", target, err)
 	}
+	g.Logger.Info("reclaimed steps", "below", target, "steps", g.rep.ReclaimedSteps)
+	return st, nil
+}
 
-	// 2. Purge reclaimed packs past the grace period.
+// purgeReclaimed deletes the packs reclaimed longer than Grace ago, then
+// commits a purge record naming those still pending.
+func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 	var due []string
 	for _, pd := range st.Pending {
-		if now().Sub(pd.Time) >= o.Grace {
+		if g.Now().Sub(pd.Time) >= g.Grace {
 			due = append(due, pd.Keys...)
 		}
 	}
-	if len(due) > 0 {
-		rep.DataDeleted = due
-		rep.Bytes += sizes(ctx, l.Store, due)
-		if !o.DryRun {
-			if err := l.Store.Delete(ctx, due...); err != nil {
-				return nil, fmt.Errorf("deleting reclaimed data: %w", err)
-			}
-			purged := make(map[string]bool, len(due))
-			for _, k := range due {
-				purged[k] = true
-			}
-			_, err := l.Commit(ctx, st, func(st *State) (*Version, error) {
-				var still []string
-				for _, pd := range st.Pending {
-					for _, k := range pd.Keys {
-						if purged[k] {
-							still = append(still, k)
-						}
-					}
+	if len(due) == 0 {
+		return nil
+	}
+	g.rep.DataDeleted = due
+	g.rep.Bytes += sizes(ctx, g.l.Store, due)
+	if g.DryRun {
+		return nil
+	}
+	if err := g.l.Store.Delete(ctx, due...); err != nil {
+		return fmt.Errorf("deleting reclaimed data: %w", err)
+	}
+	purged := make(map[string]bool, len(due))
+	for _, k := range due {
+		purged[k] = true
+	}
+	_, err := g.l.Commit(ctx, st, func(st *State) (*Version, error) {
+		var still []string
+		for _, pd := range st.Pending {
+			for _, k := range pd.Keys {
+				if purged[k] {
+					still = append(still, k)
 				}
-				if len(still) == 0 {
-					return nil, nil
-				}
-				return &Version{Purged: still}, nil
-			}, o.Logger)
-			if err != nil {
-				return nil, fmt.Errorf("committing purge record: %w", err)
 			}
 		}
-	}
-
-	// 3. The log.
-	logDel, err := l.gcLog(ctx, now())
+		if len(still) == 0 {
+			return nil, nil
+		}
+		return &Version{Purged: still}, nil
+	}, g.Logger)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("committing purge record: %w", err)
 	}
-	rep.LogDeleted = logDel
+	return nil
+}
 
-	// 4. Orphans, against the newest state (a commit may have landed).
-	if !o.DryRun {
-		if _, err := l.Refresh(ctx, st); err != nil {
-			return nil, err
-		}
-	}
-	orphans, bytes, err := l.orphans(ctx, st, now().Add(-o.Grace))
+// sweepLog deletes the log objects no reader needs (see gcLog).
+func (g *gcRun) sweepLog(ctx context.Context) error {
+	del, err := g.l.gcLog(ctx, g.Now())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rep.Orphans, rep.Bytes = orphans, rep.Bytes+bytes
-	if !o.DryRun {
-		if err := l.Store.Delete(ctx, logDel...); err != nil {
-			return nil, fmt.Errorf("deleting old log objects: %w", err)
-		}
-		if err := l.Store.Delete(ctx, orphans...); err != nil {
-			return nil, fmt.Errorf("deleting orphans: %w", err)
+	g.rep.LogDeleted = del
+	if g.DryRun {
+		return nil
+	}
+	if err := g.l.Store.Delete(ctx, del...); err != nil {
+		return fmt.Errorf("deleting old log objects: %w", err)
+	}
+	return nil
+}
+
+// sweepOrphans deletes unreferenced data past the grace period, judged
+// against the newest state (a commit may have landed meanwhile).
+func (g *gcRun) sweepOrphans(ctx context.Context, st *State) error {
+	if !g.DryRun {
+		if _, err := g.l.Refresh(ctx, st); err != nil {
+			return err
 		}
 	}
-	rep.Version = st.Version
-	return rep, nil
+	orphans, bytes, err := g.l.orphans(ctx, st, g.Now().Add(-g.Grace))
+	if err != nil {
+		return err
+	}
+	g.rep.Orphans, g.rep.Bytes = orphans, g.rep.Bytes+bytes
+	if g.DryRun {
+		return nil
+	}
+	if err := g.l.Store.Delete(ctx, orphans...); err != nil {
+		return fmt.Errorf("deleting orphans: %w", err)
+	}
+	return nil
+}
+
+// abortStaleUploads aborts multipart uploads under data/ begun longer
+// than Grace ago: a writer killed mid-upload leaves its parts, billed and
+// in no object listing. A live upload that old is aborted too; its writer
+// sees the failure and uploads again.
+func (g *gcRun) abortStaleUploads(ctx context.Context) error {
+	ul, ok := g.l.Store.(store.UploadLister)
+	if !ok {
+		return nil
+	}
+	ups, err := ul.ListUploads(ctx, DataPrefix)
+	if err != nil {
+		return fmt.Errorf("listing multipart uploads under %s: %w", DataPrefix, err)
+	}
+	cutoff := g.Now().Add(-g.Grace)
+	for _, u := range ups {
+		if !u.Initiated.Before(cutoff) {
+			continue
+		}
+		g.rep.UploadsAborted = append(g.rep.UploadsAborted, u)
+		if g.DryRun {
+			continue
+		}
+		if err := ul.AbortUpload(ctx, u.Key, u.ID); err != nil {
+			return fmt.Errorf("aborting multipart upload of %s: %w", u.Key, err)
+		}
+	}
+	return nil
 }
 
 func sizes(ctx context.Context, s store.Store, keys []string) int64 {

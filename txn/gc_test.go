@@ -9,11 +9,17 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 	"github.com/lakestream/lakestream/txn/txntest"
@@ -798,5 +804,118 @@ func TestGCHeldByLiveConsumer(t *testing.T) {
 	rep := gcRun(t, l, forced)
 	if rep.ReclaimedBelow != 16 || !rep.Forced || len(rep.HeldBy) != 1 {
 		t.Fatalf("forced: %+v", rep)
+	}
+}
+
+// TestCheckpointSaysWhatItRecorded: with checkpoints [8 14 18 19] and steps
+// live from 15, a checkpoint at 12 (reclaimed past) is refused with
+// ErrReclaimed, one at 3 too, one at 14 or 19 is "already", and none of
+// them writes a version. Before, --step 3 claimed "recorded" and --step 12
+// recorded a checkpoint no job could restart from.
+func TestCheckpointSaysWhatItRecorded(t *testing.T) {
+	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
+	gcProduce(t, l, "p", 22)
+	gcCheckpoints(t, l, 8, 14, 18, 19)
+	gcRun(t, l, gcAt(0))
+	st := gcLoad(t, l)
+	if st.LiveFrom != 15 || fmt.Sprint(st.Checkpoints) != "[8 14 18 19]" {
+		t.Fatalf("setup: live from %d, checkpoints %v", st.LiveFrom, st.Checkpoints)
+	}
+	for _, step := range []int64{3, 12} {
+		_, err := txn.RecordCheckpoint(t.Context(), l, step, quietLogger())
+		if !errors.Is(err, txn.ErrReclaimed) || !strings.Contains(err.Error(), "reclaimed every step below 15") {
+			t.Errorf("step %d: %v, want ErrReclaimed naming step 15", step, err)
+		}
+	}
+	for _, step := range []int64{14, 19} {
+		res, err := txn.RecordCheckpoint(t.Context(), l, step, quietLogger())
+		if err != nil || res.Outcome != txn.CheckpointAlready {
+			t.Errorf("step %d: %+v %v, want CheckpointAlready", step, res, err)
+		}
+	}
+	if v := gcLoad(t, l).Version; v != st.Version {
+		t.Fatalf("refused or repeated checkpoints wrote versions %d..%d", st.Version+1, v)
+	}
+	res, err := txn.RecordCheckpoint(t.Context(), l, 20, quietLogger())
+	if err != nil || res.Outcome != txn.CheckpointRecorded || res.Version != st.Version+1 {
+		t.Fatalf("step 20: %+v %v, want recorded as version %d", res, err, st.Version+1)
+	}
+}
+
+// TestCheckpointOlderThanRecorded: a live step older than every recorded
+// checkpoint writes nothing and says so.
+func TestCheckpointOlderThanRecorded(t *testing.T) {
+	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
+	gcProduce(t, l, "p", 10)
+	gcCheckpoints(t, l, 8)
+	v0 := gcLoad(t, l).Version
+	res, err := txn.RecordCheckpoint(t.Context(), l, 3, quietLogger())
+	if err != nil || res.Outcome != txn.CheckpointOlder || res.Version != v0 {
+		t.Fatalf("step 3: %+v %v, want CheckpointOlder at version %d", res, err, v0)
+	}
+}
+
+// TestGCAbortsStaleUploads: multipart uploads under data/ begun longer than
+// the grace period ago (a writer killed mid-upload) are aborted, parts and
+// all; --dry-run only lists them; younger uploads and uploads outside the
+// stream's data/ are left alone. Before, gc never looked at uploads.
+func TestGCAbortsStaleUploads(t *testing.T) {
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	s, err := store.Open(t.Context(), srv.URL(bucket, "stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLog(t, s, txn.CreateOptions{Ranks: 1})
+	c := srv.Client()
+	begin := func(key string) string {
+		mp, err := c.CreateMultipartUpload(t.Context(), &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.UploadPart(t.Context(), &s3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: mp.UploadId,
+			PartNumber: aws.Int32(1), Body: bytes.NewReader(make([]byte, 1<<20))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(mp.UploadId)
+	}
+	stale := begin("stream/data/p/1/7/x")
+	other := begin("stream/elsewhere/x")
+	uploads := func() map[string]bool {
+		out, err := c.ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, u := range out.Uploads {
+			m[aws.ToString(u.UploadId)] = true
+		}
+		return m
+	}
+
+	if rep := gcRun(t, l, gcAt(0)); len(rep.UploadsAborted) != 0 {
+		t.Fatalf("aborted an upload younger than the grace period: %+v", rep.UploadsAborted)
+	}
+	dry := gcAt(time.Hour)
+	dry.DryRun = true
+	rep := gcRun(t, l, dry)
+	if len(rep.UploadsAborted) != 1 || rep.UploadsAborted[0].ID != stale || rep.UploadsAborted[0].Key != "data/p/1/7/x" {
+		t.Fatalf("dry run lists %+v, want the stale upload of data/p/1/7/x", rep.UploadsAborted)
+	}
+	if ups := uploads(); !ups[stale] || !ups[other] {
+		t.Fatalf("dry run changed the uploads: %v", ups)
+	}
+	rep = gcRun(t, l, gcAt(time.Hour))
+	if len(rep.UploadsAborted) != 1 || rep.UploadsAborted[0].ID != stale {
+		t.Fatalf("gc aborted %+v, want the stale upload", rep.UploadsAborted)
+	}
+	if ups := uploads(); ups[stale] || !ups[other] || len(ups) != 1 {
+		t.Fatalf("uploads after gc: %v, want only %s (outside data/)", ups, other)
+	}
+	_, err = c.ListParts(t.Context(), &s3.ListPartsInput{Bucket: aws.String(bucket), Key: aws.String("stream/data/p/1/7/x"), UploadId: aws.String(stale)})
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "NoSuchUpload" {
+		t.Fatalf("ListParts of the aborted upload: %v, want NoSuchUpload", err)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// StatusReport is `lakefs-produce status --json`. Field names are a
-// contract (DESIGN.md): add, never rename.
+// StatusReport is `lakefs-produce status --json`. Scripts read the field
+// names: add, never rename (docs/ARCHITECTURE.md, compatibility rules).
 type StatusReport struct {
 	Head        *int64           `json:"head"` // null when no step is committed
 	FirstStep   int64            `json:"first_step"`

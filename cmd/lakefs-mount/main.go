@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/mount"
 )
 
@@ -110,7 +111,7 @@ func run(args []string) int {
 		Action: func(cc *cli.Context) error {
 			actionRan = true
 			if cc.NArg() != 1 {
-				return mount.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
+				return flagval.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
 			}
 			o.Mountpoint = cc.Args().First()
 			if abort {
@@ -118,14 +119,14 @@ func run(args []string) int {
 			}
 			var err error
 			if ranks != "" {
-				if o.Ranks, err = mount.ParseRanks(ranks); err != nil {
+				if o.Ranks, err = flagval.ParseRanks(ranks); err != nil {
 					return err
 				}
 			}
-			if o.CacheSize, err = mount.ParseSize("--cache-size", cacheSize); err != nil {
+			if o.CacheSize, err = flagval.ParseSize("--cache-size", cacheSize, mount.MinCacheSize, 0); err != nil {
 				return err
 			}
-			if o.ReadAhead, err = mount.ParseSize("--read-ahead", readAhead); err != nil {
+			if o.ReadAhead, err = flagval.ParseSize("--read-ahead", readAhead, mount.MinReadAhead, mount.MaxReadAhead); err != nil {
 				return err
 			}
 			level := slog.LevelInfo
@@ -149,7 +150,7 @@ func run(args []string) int {
 	switch {
 	case err == nil:
 		return 0
-	case !actionRan || errors.Is(err, mount.ErrUsage):
+	case !actionRan || errors.Is(err, flagval.ErrUsage):
 		fmt.Fprintln(os.Stderr, "lakefs-mount:", err)
 		return 2
 	default:

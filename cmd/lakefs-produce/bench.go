@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/bench"
-	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 func benchCommand() *cli.Command {
@@ -85,7 +85,7 @@ versions and prints a row per --duration window.`,
 
 func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) error {
 	if o.Store == "" {
-		return usagef("no store: pass --store URL or set LAKEFS_STORE")
+		return flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
 	io := bench.IngestOptions{
 		StoreURL: o.Store, Ranks: o.Ranks, Duration: o.Duration, StoreLatency: o.StoreLatency,
@@ -95,14 +95,14 @@ func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) er
 	for _, p := range splitList(o.Producers) {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
-			return usagef("--producers %q: want a comma-separated list of positive counts, e.g. 1,4,16", o.Producers)
+			return flagval.Usagef("--producers %q: want a comma-separated list of positive counts, e.g. 1,4,16", o.Producers)
 		}
 		io.Producers = append(io.Producers, n)
 	}
 	for _, p := range splitList(o.Payloads) {
-		n, err := mount.ParseSize("--payload", p)
+		n, err := flagval.ParseSize("--payload", p, 1, 0)
 		if err != nil {
-			return usageError{err.Error()}
+			return flagval.Usage(err)
 		}
 		io.Payloads = append(io.Payloads, n)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/bench"
-	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 type benchReadOptions struct {
@@ -62,11 +62,11 @@ Example:
 
 func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error {
 	if o.Store == "" {
-		return usagef("no store: pass --store URL or set LAKEFS_STORE")
+		return flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
-	size, err := mount.ParseSize("--size", o.Size)
+	size, err := flagval.ParseSize("--size", o.Size, 1, 0)
 	if err != nil {
-		return usageError{err.Error()}
+		return flagval.Usage(err)
 	}
 	ro := bench.ReadOptions{
 		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, Size: size, Runs: o.Runs,
@@ -75,12 +75,12 @@ func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error 
 	for _, r := range splitList(o.Readers) {
 		n, err := strconv.Atoi(r)
 		if err != nil || n < 1 {
-			return usagef("--readers %q: want a comma-separated list of positive counts, e.g. 1,4", o.Readers)
+			return flagval.Usagef("--readers %q: want a comma-separated list of positive counts, e.g. 1,4", o.Readers)
 		}
 		ro.Readers = append(ro.Readers, n)
 	}
 	if o.Steps < 1 || o.Ranks < 1 || o.Runs < 1 {
-		return usagef("--steps, --ranks and --runs must be at least 1")
+		return flagval.Usagef("--steps, --ranks and --runs must be at least 1")
 	}
 	return bench.Read(ctx, ro, stdout)
 }

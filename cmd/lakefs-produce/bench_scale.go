@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/scale"
 )
 
@@ -66,7 +67,7 @@ Example:
 
 func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) error {
 	if o.Store == "" {
-		return usagef("no store: pass --store URL or set LAKEFS_STORE")
+		return flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
 	so := scale.Options{
 		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
@@ -75,14 +76,14 @@ func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) erro
 	for _, r := range splitList(o.Ranks) {
 		n, err := strconv.Atoi(r)
 		if err != nil || n < 1 {
-			return usagef("--ranks %q: want a comma-separated list of positive counts, e.g. 64,1024", o.Ranks)
+			return flagval.Usagef("--ranks %q: want a comma-separated list of positive counts, e.g. 64,1024", o.Ranks)
 		}
 		so.Ranks = append(so.Ranks, n)
 	}
 	for _, k := range splitList(o.Mounts) {
 		n, err := strconv.Atoi(k)
 		if err != nil || n < 1 {
-			return usagef("--mounts %q: want a comma-separated list of positive counts, e.g. 10,100", o.Mounts)
+			return flagval.Usagef("--mounts %q: want a comma-separated list of positive counts, e.g. 10,100", o.Mounts)
 		}
 		so.Mounts = append(so.Mounts, n)
 	}

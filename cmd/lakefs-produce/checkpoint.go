@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -22,8 +23,10 @@ func checkpointCommand() *cli.Command {
 		Usage:     "record that training durably checkpointed after step S",
 		UsageText: "lakefs-produce checkpoint --store URL --step S",
 		Description: `Reclamation (gc) deletes a step's data only once enough newer checkpoints
-are recorded. Recording a checkpoint twice is harmless. A step that is not
-committed yet is refused.`,
+are recorded. Recording a checkpoint twice is harmless, and one older than
+every recorded checkpoint changes nothing: both say so and write nothing.
+A step that is not committed yet, or one gc has reclaimed past, is refused
+(exit 1).`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
@@ -34,7 +37,7 @@ committed yet is refused.`,
 			}
 			o.Store = c.String("store")
 			if c.IsSet("step") && o.Step < 0 {
-				return usagef("--step %d: steps are numbered from 0; pass a committed step", o.Step)
+				return flagval.Usagef("--step %d: steps are numbered from 0; pass a committed step", o.Step)
 			}
 			return checkpoint(c.Context, o, c.App.Writer)
 		},
@@ -43,16 +46,24 @@ committed yet is refused.`,
 
 func checkpoint(ctx context.Context, o checkpointOptions, stdout io.Writer) error {
 	if o.Step < 0 {
-		return usagef("--step S is required (a committed step number)")
+		return flagval.Usagef("--step S is required (a committed step number)")
 	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {
 		return err
 	}
-	st, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
+	res, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "checkpoint at step %d recorded (version %d)\n", o.Step, st.Version)
+	switch res.Outcome {
+	case txn.CheckpointAlready:
+		fmt.Fprintf(stdout, "checkpoint at step %d was already recorded; nothing written (version %d)\n", o.Step, res.Version)
+	case txn.CheckpointOlder:
+		fmt.Fprintf(stdout, "checkpoint at step %d not recorded: it is older than every recorded checkpoint (oldest %d), so it would not change what gc keeps; nothing written\n",
+			o.Step, res.Checkpoints[0])
+	default:
+		fmt.Fprintf(stdout, "checkpoint at step %d recorded (version %d)\n", o.Step, res.Version)
+	}
 	return nil
 }

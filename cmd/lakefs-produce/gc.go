@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -31,8 +32,11 @@ func gcCommand() *cli.Command {
 		Description: `Commits a reclamation record below the oldest retained checkpoint (those
 steps leave every view), deletes reclaimed data older than the grace period,
 log versions and snapshots no reader needs, and orphans (data no version
-references) older than the grace period. Safe to run while producers and
-mounts run, and from several places at once.
+references) older than the grace period. On S3 it also aborts multipart
+uploads under the stream's data/ begun longer ago than the grace period
+(a producer killed mid-upload leaves their parts, billed but in no
+listing). Safe to run while producers and mounts run, and from several
+places at once.
 
 A mount whose heartbeat is fresh holds reclamation back: gc reclaims only
 below the step it reads, and names it; --force reclaims anyway.`,
@@ -55,7 +59,7 @@ below the step it reads, and names it; --force reclaims anyway.`,
 
 func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	if o.Grace < 0 {
-		return usagef("--grace must not be negative (got %s)", o.Grace)
+		return flagval.Usagef("--grace must not be negative (got %s)", o.Grace)
 	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {
@@ -97,6 +101,13 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 		for _, k := range set.keys {
 			fmt.Fprintf(stdout, "%s %s: %s\n", verb, set.what, k)
 		}
+	}
+	abort := "aborted"
+	if o.DryRun {
+		abort = "would abort"
+	}
+	for _, u := range rep.UploadsAborted {
+		fmt.Fprintf(stdout, "%s stale multipart upload: %s (begun %s)\n", abort, u.Key, u.Initiated.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+len(rep.LogDeleted)+len(rep.Orphans), rep.Bytes)
 	return nil

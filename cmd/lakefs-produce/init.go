@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -46,13 +47,13 @@ func initCommand() *cli.Command {
 
 func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 	if o.Ranks < 1 {
-		return usagef("--ranks must be at least 1 (got %d)", o.Ranks)
+		return flagval.Usagef("--ranks must be at least 1 (got %d)", o.Ranks)
 	}
 	if o.FirstStep < 0 {
-		return usagef("--first-step must not be negative (got %d)", o.FirstStep)
+		return flagval.Usagef("--first-step must not be negative (got %d)", o.FirstStep)
 	}
 	if o.RetainCheckpoints < 1 {
-		return usagef("--retain-checkpoints must be at least 1 (got %d)", o.RetainCheckpoints)
+		return flagval.Usagef("--retain-checkpoints must be at least 1 (got %d)", o.RetainCheckpoints)
 	}
 	s, err := openStore(ctx, o.Store)
 	if err != nil {

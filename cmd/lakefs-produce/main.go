@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -25,16 +26,6 @@ import (
 func main() {
 	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
 }
-
-// errUsage classifies usage errors: exit status 2.
-var errUsage = errors.New("usage error")
-
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == errUsage }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
 // run is the whole command; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -63,7 +54,7 @@ EXIT STATUS:
 			initCommand(), runCommand(), statusCommand(), verifyCommand(),
 			checkpointCommand(), gcCommand(), benchCommand(),
 		},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError{err.Error()} },
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return flagval.Usage(err) },
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(stderr, "lakefs-produce: unknown command %q; run lakefs-produce --help\n", name)
 		},
@@ -80,7 +71,7 @@ EXIT STATUS:
 		return 0
 	}
 	fmt.Fprintln(stderr, "lakefs-produce:", oneLine(err))
-	if errors.Is(err, errUsage) {
+	if errors.Is(err, flagval.ErrUsage) {
 		return 2
 	}
 	return 1
@@ -107,14 +98,14 @@ func storeFlag() cli.Flag {
 // openStore opens --store; a bad URL is a usage error.
 func openStore(ctx context.Context, url string) (store.Store, error) {
 	if url == "" {
-		return nil, usagef("no store: pass --store URL or set LAKEFS_STORE")
+		return nil, flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
 	if strings.HasPrefix(url, "mem:") {
-		return nil, usagef("--store %s: a mem:// store lives only as long as one process and is for tests; use file:///abs/dir or s3://bucket/prefix", url)
+		return nil, flagval.Usagef("--store %s: a mem:// store lives only as long as one process and is for tests; use file:///abs/dir or s3://bucket/prefix", url)
 	}
 	s, err := store.Open(ctx, url)
 	if errors.Is(err, store.ErrInvalid) {
-		return nil, usageError{err.Error()}
+		return nil, flagval.Usage(err)
 	}
 	return s, err
 }
@@ -139,7 +130,7 @@ func newLogger(stderr io.Writer, verbose bool) *slog.Logger {
 // noArgs refuses stray positional arguments.
 func noArgs(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
+		return flagval.Usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
 	}
 	return nil
 }

@@ -293,3 +293,67 @@ func TestEmptyStreamStatus(t *testing.T) {
 		t.Fatalf("status --json: %d %s", code, out)
 	}
 }
+
+// TestRunOnceSaysWhatIsNotPickedUp: a sealed batch that is a symlink or has
+// a '_' or '.' name is never committed nor touched, and run --once says so
+// in one line each (it used to print nothing and exit 0).
+func TestRunOnceSaysWhatIsNotPickedUp(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	staging, elsewhere := t.TempDir(), t.TempDir()
+	stageBatch(t, elsewhere, "real", 1)
+	if err := os.Symlink(filepath.Join(elsewhere, "real"), filepath.Join(staging, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	stageBatch(t, staging, "_b", 1)
+	stageBatch(t, staging, ".c", 1)
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	for _, want := range []string{"linked not picked up: it is a symlink", "_b not picked up: names beginning with", ".c not picked up: names beginning with"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout %q lacks %q", out, want)
+		}
+	}
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("run: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// TestCheckpointSaysWhatItRecorded: checkpoint prints "recorded" only when
+// it wrote a version; a step gc reclaimed past exits 1 with one line; an
+// older-than-recorded step says it wrote nothing.
+func TestCheckpointSaysWhatItRecorded(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "1", "--retain-checkpoints", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	staging := t.TempDir()
+	for _, b := range []string{"b0", "b1", "b2", "b3", "b4", "b5"} {
+		stageBatch(t, staging, b, 1)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, args := range [][]string{{"checkpoint", "--step", "2"}, {"checkpoint", "--step", "4"}, {"gc", "--grace", "0s"}} {
+		if code, _, stderr := invoke(t, args...); code != 0 {
+			t.Fatalf("%v: %s", args, stderr)
+		}
+	}
+	cases := []struct {
+		step string
+		code int
+		out  string
+		err  string
+	}{
+		{"1", 1, "", "gc has reclaimed every step below 5"},
+		{"4", 0, "already recorded; nothing written", ""},
+		{"5", 0, "checkpoint at step 5 recorded (version", ""},
+	}
+	for _, c := range cases {
+		code, out, stderr := invoke(t, "checkpoint", "--step", c.step)
+		if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(stderr, c.err) || strings.Count(out+stderr, "\n") != 1 {
+			t.Errorf("checkpoint --step %s: exit %d, stdout %q, stderr %q; want exit %d saying %q%q", c.step, code, out, stderr, c.code, c.out, c.err)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/store"
@@ -51,9 +52,16 @@ commit is durable. Invalid batches move to <staging>/_rejected/<batch>/ with
 a _REASON file. Killed at any moment, run resumes where it stopped with
 nothing lost and nothing committed twice.
 
+Names: inside a batch, only the top-level _SEALED and _REASON belong to
+the protocol; every other file is committed, names beginning with '_'
+included (a batch holding its own _REASON is rejected). In the staging
+directory, entries beginning with '_' or '.' are never batches, nor is a
+symlink to one: run --once says so for each one that is sealed.
+
 --once commits every batch sealed at start, prints one line per batch
-("NAME -> step N" or "NAME rejected: REASON") and exits 0, or 1 when any
-batch was rejected; without it, run keeps watching until SIGINT or SIGTERM.`,
+("NAME -> step N", "NAME rejected: REASON", or "NAME not picked up: WHY")
+and exits 0, or 1 when any batch was rejected; without it, run keeps
+watching until SIGINT or SIGTERM.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
@@ -81,24 +89,24 @@ batch was rejected; without it, run keeps watching until SIGINT or SIGTERM.`,
 func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.Staging == "":
-		return usagef("--staging DIR is required")
+		return flagval.Usagef("--staging DIR is required")
 	case o.ProducerID == "":
-		return usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
+		return flagval.Usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
 	case o.MaxLead < 0:
-		return usagef("--max-lead must not be negative (got %d)", o.MaxLead)
+		return flagval.Usagef("--max-lead must not be negative (got %d)", o.MaxLead)
 	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
-		return usagef("--progress %q: use auto, line or log", o.Progress)
+		return flagval.Usagef("--progress %q: use auto, line or log", o.Progress)
 	}
 	if err := txn.ValidateProducerID(o.ProducerID); err != nil {
-		return usagef("--producer-id: %v", err)
+		return flagval.Usagef("--producer-id: %v", err)
 	}
 	strategy, err := txn.NewStrategy(o.Strategy)
 	if err != nil {
-		return usagef("--strategy: %v", err)
+		return flagval.Usagef("--strategy: %v", err)
 	}
 	tree, err := stage.Open(o.Staging)
 	if err != nil {
-		return usageError{err.Error()}
+		return flagval.Usage(err)
 	}
 	s, err := openStore(ctx, o.Store)
 	if err != nil {
@@ -197,7 +205,7 @@ func (m *runMetrics) batch(e stage.BatchEvent) {
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
 	ln, err := listen.TCP(addr)
 	if err != nil {
-		return nil, usagef("--metrics-addr %s: %v", addr, err)
+		return nil, flagval.Usagef("--metrics-addr %s: %v", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -333,8 +341,15 @@ func (s *onceSummary) batch(e stage.BatchEvent) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e.Skipped != "" {
+		fmt.Fprintf(s.out, "%s not picked up: %s\n", e.Name, e.Skipped)
+		return
+	}
 	s.n++
 	switch {
+	case e.Unmoved != "":
+		s.rejected++
+		fmt.Fprintf(s.out, "%s rejected: %s (not moved to %s: %s; it stays staged)\n", e.Name, e.Rejected, stage.RejectedDir, e.Unmoved)
 	case e.Rejected != "":
 		s.rejected++
 		fmt.Fprintf(s.out, "%s rejected: %s\n", e.Name, e.Rejected)

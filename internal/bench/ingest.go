@@ -1,7 +1,10 @@
-// Package bench is the engine of `lakefs-produce bench ingest`: it runs
-// producers against a store for a while and reports the throughput and
-// commit latency each commit strategy reaches, next to a baseline that
-// writes the same bytes with plain Puts and no commits.
+// Package bench is the engine of `lakefs-produce bench ingest` and of
+// `bench read` (read.go). bench ingest runs producers against a store for
+// a while and reports the throughput and commit latency each commit
+// strategy reaches, next to baselines that write the same bytes with no
+// commits (raw-put: the store's Put; plain-put: the SDK or the file
+// system with no store layer of ours) and broker peers (the nats and
+// nats-fsync strategies, nats.go).
 //
 // Every combination of strategy, producer count and payload runs on a
 // fresh stream under its own prefix of the store (a subdirectory for

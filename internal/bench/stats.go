@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// Row is one line of `bench ingest` output. The JSON names are a contract
-// (DESIGN.md): add fields, never rename.
+// Row is one line of `bench ingest` output. The JSON names are read by
+// scripts and by make bench: add fields, never rename (docs/ARCHITECTURE.md,
+// compatibility rules).
 type Row struct {
 	Strategy     string `json:"strategy"`
 	Producers    int    `json:"producers"`

@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/lakestream/lakestream/internal/benchreport"
-	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 func main() {
@@ -34,16 +33,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benchreport: unexpected argument %q; see -help\n", flag.Arg(0))
 		os.Exit(2)
 	}
-	for _, p := range strings.Split(producers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "benchreport: -producers %q: want positive counts like 1,4,16\n", producers)
-			os.Exit(2)
-		}
-		o.Producers = append(o.Producers, n)
+	var err error
+	if o.Producers, err = flagval.ParseCounts("-producers", producers, 1, 1<<16); err != nil {
+		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
+		os.Exit(2)
 	}
 	for _, p := range strings.Split(payloads, ",") {
-		n, err := mount.ParseSize("-payloads", strings.TrimSpace(p))
+		n, err := flagval.ParseSize("-payloads", p, 1, 0)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 			os.Exit(2)

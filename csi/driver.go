@@ -1,0 +1,217 @@
+// Package csi is a node-only Container Storage Interface plugin: a pod
+// mounts a Lakestream stream as a volume (a CSI ephemeral inline volume or
+// a static PersistentVolume) whose attributes are lakefs-mount's options.
+//
+// # Shape
+//
+// Volumes with the same options and the same credentials share one
+// lakefs-mount per node (one cache, one poller, one heartbeat), mounted
+// at <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
+// of it. The lakefs-mount processes run in their own process group (and,
+// with --mount-cgroup, their own cgroup), so restarting or upgrading the
+// driver does not take pods' mounts down: a new driver reads the registry
+// persisted at <state-dir>/registry.json, adopts the mounts whose process
+// still serves, and cleans the ones left dead.
+//
+// # Invariants
+//
+//   - A shared mount is in the registry while it has at least one target,
+//     and only then: the last unpublish stops its process and removes it.
+//   - The registry file on disk is written (atomically, by rename) before
+//     a publish answers and after an unpublish has unmounted, so a driver
+//     restarted at any point finds every target it answered for.
+//   - Credentials (the volume's secret) go only into the environment of the
+//     lakefs-mount process; they are hashed into the share key and never
+//     logged, returned in an error, written to disk or put in argv.
+//
+// # Locks
+//
+// registry.mu guards the registry's maps and the state file; each share
+// key has its own lock, held across a publish or unpublish of that key
+// (starting or stopping a process takes seconds). Lock order: key lock,
+// then registry.mu; registry.mu is never held across a process start,
+// a mount or an unmount.
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// DriverName is the CSI driver's name: the CSIDriver object, the
+// registrar's socket directory and every volume's `driver` field use it.
+const DriverName = "csi.lakestream.io"
+
+// Defaults of the command line, the same paths the manifests use.
+const (
+	DefaultEndpoint = "unix:///csi/csi.sock"
+	DefaultStateDir = "/var/lib/lakestream-csi"
+)
+
+// vendorVersion is reported by GetPluginInfo.
+const vendorVersion = "0.1.0"
+
+// Options configure the driver.
+type Options struct {
+	// Endpoint is the gRPC endpoint, unix:///path/to/csi.sock.
+	Endpoint string
+	// NodeID is the Kubernetes node name: NodeGetInfo returns it, and each
+	// lakefs-mount's heartbeat is named after it.
+	NodeID string
+	// StateDir holds the registry and the shared mounts. It must be on
+	// the host (a hostPath) with mount propagation, so that mounts made
+	// under it reach the kubelet's pod directories and outlive the driver.
+	StateDir string
+	// MountBinary is the lakefs-mount executable.
+	MountBinary string
+	// MountCgroup, if set, is a cgroup v2 directory (e.g.
+	// /sys/fs/cgroup/lakestream) under which each lakefs-mount gets a
+	// cgroup of its own, outside the driver container's.
+	MountCgroup string
+	Logger      *slog.Logger
+}
+
+// ErrUsage classifies errors in the driver's options (errors.Is): the
+// command exits 2.
+var ErrUsage = errors.New("usage error")
+
+func (o *Options) check() error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.NodeID == "" {
+		return fmt.Errorf("%w: no node id; pass --node-id NAME or set KUBE_NODE_NAME (the manifests set it from spec.nodeName)", ErrUsage)
+	}
+	if o.StateDir == "" || !filepath.IsAbs(o.StateDir) {
+		return fmt.Errorf("%w: --state-dir %q must be an absolute directory", ErrUsage, o.StateDir)
+	}
+	if o.MountBinary == "" {
+		return fmt.Errorf("%w: no --mount-binary; pass the path of lakefs-mount", ErrUsage)
+	}
+	if _, err := socketPath(o.Endpoint); err != nil {
+		return err
+	}
+	return nil
+}
+
+// socketPath returns the file of a unix:// endpoint.
+func socketPath(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "unix" || u.Host != "" || !filepath.IsAbs(u.Path) {
+		return "", fmt.Errorf("%w: --endpoint %q must be unix:///absolute/path.sock", ErrUsage, endpoint)
+	}
+	return u.Path, nil
+}
+
+// Run serves the Identity and Node services on o.Endpoint until ctx ends.
+// It first adopts or cleans the mounts an earlier driver left behind.
+// Shared mounts keep running after it returns.
+func Run(ctx context.Context, o Options) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	d, err := newDriver(ctx, o, execMounter{binary: o.MountBinary, cgroup: o.MountCgroup})
+	if err != nil {
+		return err
+	}
+	sock, _ := socketPath(o.Endpoint)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return fmt.Errorf("creating the socket directory: %w", err)
+	}
+	// A socket file left by a killed driver refuses the bind.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the old socket %s: %w", sock, err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", sock, err)
+	}
+	srv := d.server()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	o.Logger.Info("serving", "driver", DriverName, "endpoint", o.Endpoint, "node", o.NodeID)
+	err = srv.Serve(l)
+	<-done
+	return err
+}
+
+// driver implements the CSI Identity and Node services.
+type driver struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedNodeServer
+
+	nodeID   string
+	stateDir string
+	log      *slog.Logger
+	mounter  mounter
+	reg      *registry
+}
+
+func newDriver(ctx context.Context, o Options, m mounter) (*driver, error) {
+	reg, err := openRegistry(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	d := &driver{nodeID: o.NodeID, stateDir: o.StateDir, log: o.Logger, mounter: m, reg: reg}
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// server returns a gRPC server with the driver's services, logging every
+// call's method and outcome (never its request: it may carry secrets).
+func (d *driver) server() *grpc.Server {
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logCall))
+	csipb.RegisterIdentityServer(srv, d)
+	csipb.RegisterNodeServer(srv, d)
+	return srv
+}
+
+func (d *driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	if err != nil {
+		d.log.Warn("call failed", "method", method, "code", status.Code(err), "err", status.Convert(err).Message())
+	} else if method != "Probe" && !strings.HasSuffix(method, "Capabilities") && method != "GetPluginInfo" {
+		d.log.Info("call", "method", method)
+	}
+	return resp, err
+}
+
+// GetPluginInfo names the driver.
+func (d *driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{Name: DriverName, VendorVersion: vendorVersion}, nil
+}
+
+// GetPluginCapabilities: no controller service, no topology.
+func (d *driver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	return &csipb.GetPluginCapabilitiesResponse{}, nil
+}
+
+// Probe answers ready once the driver serves: recovery ran before.
+func (d *driver) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	return &csipb.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+}
+
+// invalid is an InvalidArgument status.
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}

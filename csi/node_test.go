@@ -1,0 +1,344 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lakestream/lakestream/internal/s3test"
+)
+
+// The ephemeral-volume attributes the kubelet adds; the driver must ignore them.
+var kubeAttrs = map[string]string{
+	"csi.storage.k8s.io/ephemeral":     "true",
+	"csi.storage.k8s.io/pod.name":      "trainer-0",
+	"csi.storage.k8s.io/pod.namespace": "ml",
+}
+
+func withAttrs(base map[string]string, kv ...string) map[string]string {
+	m := map[string]string{}
+	for k, v := range kubeAttrs {
+		m[k] = v
+	}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// TestPublishShared: two pods' volumes of the same stream share one
+// lakefs-mount, each sees every file of a committed step byte for byte
+// through its read-only bind mount (writes get EROFS), publish is
+// idempotent, and unpublishing one leaves the other reading; the last
+// unpublish stops the mount. Run on a file:// store and on versitygw,
+// whose credentials come only from the volume's secret (never in a log,
+// argv or a file of the state directory).
+func TestPublishShared(t *testing.T) {
+	requireFUSE(t)
+	t.Run("file", func(t *testing.T) {
+		url := "file://" + t.TempDir()
+		step, files := newStream(t, url)
+		testPublishShared(t, map[string]string{"store": url}, nil, step, files)
+	})
+	t.Run("s3", func(t *testing.T) {
+		const access, secret = "csi-test-access", "csi-test-secret-9f3a7c"
+		srv := s3test.StartWithCredentials(t, access, secret)
+		// The driver (and so its lakefs-mounts) has no credentials of its own.
+		t.Setenv("AWS_ACCESS_KEY_ID", "")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+		url := srv.NewBucketURL(t)
+		step, files := newStream(t, url, "AWS_ACCESS_KEY_ID="+access, "AWS_SECRET_ACCESS_KEY="+secret)
+		secrets := map[string]string{"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
+		d := testPublishShared(t, map[string]string{"store": url}, secrets, step, files)
+		assertNoSecret(t, d, secret)
+	})
+}
+
+func testPublishShared(t *testing.T, attrs, secrets map[string]string, step string, files map[string][]byte) *testDriver {
+	ctx := t.Context()
+	d := startDriver(t, t.TempDir())
+	pods := t.TempDir()
+	t1 := filepath.Join(pods, "pod-1", "volumes", "stream", "mount")
+	t2 := filepath.Join(pods, "pod-2", "volumes", "stream", "mount")
+	cleanupTargets(t, d.stateDir, t1, t2)
+	for _, r := range []*csipb.NodePublishVolumeRequest{
+		publishReq("vol-1", t1, withAttrs(attrs), secrets),
+		publishReq("vol-2", t2, withAttrs(attrs), secrets),
+		publishReq("vol-1", t1, withAttrs(attrs), secrets), // again: idempotent
+	} {
+		if _, err := d.node.NodePublishVolume(ctx, r); err != nil {
+			t.Fatalf("publish %s: %v", r.TargetPath, err)
+		}
+	}
+	checkFiles(t, t1, step, files)
+	checkFiles(t, t2, step, files)
+	assertReadOnly(t, t1, step)
+	for _, tg := range []string{t1, t2} {
+		if opts := mountOptions(t, tg); !slices.Contains(opts, "ro") {
+			t.Fatalf("the bind mount at %s has options %v, want ro", tg, opts)
+		}
+	}
+	if pids := mountProcs(t, d.stateDir); len(pids) != 1 {
+		t.Fatalf("%d lakefs-mount processes serve the two targets, want 1 shared: %v", len(pids), pids)
+	}
+	if ms := registryOf(t, d.stateDir); len(ms) != 1 || len(ms[0].Targets) != 2 {
+		t.Fatalf("registry: %+v, want one mount with two targets", ms)
+	}
+
+	unpublish(t, d, "vol-1", t1)
+	if _, err := os.Stat(t1); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("target %s after unpublish: %v, want it removed", t1, err)
+	}
+	checkFiles(t, t2, step, files)
+	if pids := mountProcs(t, d.stateDir); len(pids) != 1 {
+		t.Fatalf("after one unpublish %d lakefs-mount processes, want the shared one still: %v", len(pids), pids)
+	}
+	unpublish(t, d, "vol-2", t2)
+	unpublish(t, d, "vol-2", t2) // a target already gone
+	assertAllStopped(t, d.stateDir)
+	return d
+}
+
+// mountOptions returns the per-mount options of the topmost mount at path
+// (/proc/self/mountinfo field 6).
+func mountOptions(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == path {
+			opts = strings.Split(f[5], ",")
+		}
+	}
+	return opts
+}
+
+// assertReadOnly checks that every kind of write through the view gets EROFS.
+func assertReadOnly(t *testing.T, dir, step string) {
+	t.Helper()
+	writes := map[string]func() error{
+		"create": func() error { return os.WriteFile(filepath.Join(dir, "new.bin"), []byte("x"), 0o644) },
+		"mkdir":  func() error { return os.Mkdir(filepath.Join(dir, "steps", step, "d"), 0o755) },
+		"open for write": func() error {
+			f, err := os.OpenFile(filepath.Join(dir, "steps", step, "meta.json"), os.O_WRONLY, 0)
+			if err == nil {
+				f.Close()
+			}
+			return err
+		},
+		"remove": func() error { return os.Remove(filepath.Join(dir, "steps", step, "meta.json")) },
+	}
+	for name, w := range writes {
+		if err := w(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s through %s: %v, want EROFS", name, dir, err)
+		}
+	}
+}
+
+func unpublish(t *testing.T, d *testDriver, volID, target string) {
+	t.Helper()
+	if _, err := d.node.NodeUnpublishVolume(t.Context(), &csipb.NodeUnpublishVolumeRequest{VolumeId: volID, TargetPath: target}); err != nil {
+		t.Fatalf("unpublish %s: %v", target, err)
+	}
+	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("target %s after unpublish: %v, want it removed", target, err)
+	}
+}
+
+func registryOf(t *testing.T, stateDir string) []sharedMount {
+	t.Helper()
+	r, err := openRegistry(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.all()
+}
+
+// assertAllStopped: no lakefs-mount, no registry entry, no mount directory.
+func assertAllStopped(t *testing.T, stateDir string) {
+	t.Helper()
+	if pids := mountProcs(t, stateDir); len(pids) != 0 {
+		t.Fatalf("lakefs-mount processes still run after the last unpublish: %v", pids)
+	}
+	if ms := registryOf(t, stateDir); len(ms) != 0 {
+		t.Fatalf("registry still has %+v after the last unpublish", ms)
+	}
+	if es, _ := os.ReadDir(filepath.Join(stateDir, "mounts")); len(es) != 0 {
+		t.Fatalf("mount directories left: %v", es)
+	}
+}
+
+// assertNoSecret: the secret appears in no driver log line, no file under
+// the state directory (registry, mount logs) and no process's argv.
+func assertNoSecret(t *testing.T, d *testDriver, secret string) {
+	t.Helper()
+	if strings.Contains(d.log.String(), secret) {
+		t.Errorf("the secret appears in the driver's log")
+	}
+	_ = filepath.WalkDir(d.stateDir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+				t.Errorf("the secret appears in %s", p)
+			}
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), secret) && !strings.Contains(strings.Split(string(b), "\x00")[0], "versitygw") {
+			t.Errorf("the secret appears in the argv of %s", p)
+		}
+	}
+}
+
+// TestPublishErrors: a bad attribute, an unknown one, a missing store and
+// a secret missing a key each give InvalidArgument naming it, never the
+// secret's value, and leave nothing mounted or running.
+func TestPublishErrors(t *testing.T) {
+	requireFUSE(t)
+	url := "file://" + t.TempDir()
+	newStream(t, url)
+	d := startDriver(t, t.TempDir())
+	target := filepath.Join(t.TempDir(), "mount")
+	cleanupTargets(t, d.stateDir, target)
+	const secretValue = "AKIA-very-secret-id"
+	cases := []struct {
+		attrs   map[string]string
+		secrets map[string]string
+		want    string
+	}{
+		{withAttrs(nil, "store", url, "cache-size", "lots"), nil, "cache-size"},
+		{withAttrs(nil, "store", url, "prefetch-steps", "-1"), nil, "prefetch-steps"},
+		{withAttrs(nil, "store", url, "no-such-option", "1"), nil, "no-such-option"},
+		{withAttrs(nil, "cache-size", "1GiB"), nil, `"store"`},
+		{withAttrs(nil, "store", url, "node-id", "x"), nil, "node-id"},
+		{withAttrs(nil, "store", url), map[string]string{"AWS_ACCESS_KEY_ID": secretValue}, "AWS_SECRET_ACCESS_KEY"},
+		{withAttrs(nil, "store", url), map[string]string{"password": secretValue}, "password"},
+	}
+	for _, c := range cases {
+		_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, c.attrs, c.secrets))
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), c.want) {
+			t.Errorf("publish with %v: %v, want InvalidArgument naming %s", c.attrs, err, c.want)
+		}
+		if strings.Contains(st.Message(), secretValue) {
+			t.Errorf("the error shows the secret's value: %s", st.Message())
+		}
+	}
+	if s, _ := stateOf(target); s != notMounted {
+		t.Errorf("target is mounted after failed publishes")
+	}
+	assertAllStopped(t, d.stateDir)
+	if strings.Contains(d.log.String(), secretValue) {
+		t.Errorf("the secret appears in the driver's log")
+	}
+}
+
+// TestUnpublishAfterMountKilled: after kill -9 of the shared lakefs-mount
+// (targets say "transport endpoint is not connected"), unpublish still
+// succeeds, a new publish starts a fresh mount that reads, and the last
+// unpublish leaves nothing.
+func TestUnpublishAfterMountKilled(t *testing.T) {
+	requireFUSE(t)
+	url := "file://" + t.TempDir()
+	step, files := newStream(t, url)
+	d := startDriver(t, t.TempDir())
+	pods := t.TempDir()
+	t1, t2, t3 := filepath.Join(pods, "1"), filepath.Join(pods, "2"), filepath.Join(pods, "3")
+	cleanupTargets(t, d.stateDir, t1, t2, t3)
+	attrs := withAttrs(nil, "store", url)
+	for _, tg := range []string{t1, t2} {
+		if _, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", tg, attrs, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killMounts(t, d.stateDir)
+	if _, err := os.Stat(filepath.Join(t1, "head")); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat through a target of a killed mount: %v, want ENOTCONN", err)
+	}
+	unpublish(t, d, "vol", t1)
+	if _, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", t3, attrs, nil)); err != nil {
+		t.Fatalf("publish after the shared mount died: %v", err)
+	}
+	checkFiles(t, t3, step, files)
+	unpublish(t, d, "vol", t2)
+	unpublish(t, d, "vol", t3)
+	assertAllStopped(t, d.stateDir)
+}
+
+// killMounts kills -9 every lakefs-mount serving under stateDir.
+func killMounts(t *testing.T, stateDir string) {
+	t.Helper()
+	pids := mountProcs(t, stateDir)
+	if len(pids) == 0 {
+		t.Fatal("no lakefs-mount to kill")
+	}
+	for _, pid := range pids {
+		start, _ := startTime(pid)
+		if err := signalAndWait(t.Context(), procID{PID: pid, Start: start}, syscall.SIGKILL, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConcurrentPublish: publishes of one volume at many targets at once
+// share one lakefs-mount; concurrent unpublishes stop it once (-race).
+func TestConcurrentPublish(t *testing.T) {
+	requireFUSE(t)
+	url := "file://" + t.TempDir()
+	step, files := newStream(t, url)
+	d := startDriver(t, t.TempDir())
+	pods := t.TempDir()
+	const n = 6
+	var targets []string
+	for i := range n {
+		targets = append(targets, filepath.Join(pods, fmt.Sprint(i), "mount"))
+	}
+	cleanupTargets(t, d.stateDir, targets...)
+	attrs := withAttrs(nil, "store", url)
+	parallel(t, targets, func(tg string) error {
+		_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", tg, attrs, nil))
+		return err
+	})
+	if pids := mountProcs(t, d.stateDir); len(pids) != 1 {
+		t.Fatalf("%d lakefs-mount processes after %d concurrent publishes, want 1: %v", len(pids), n, pids)
+	}
+	checkFiles(t, targets[n-1], step, files)
+	parallel(t, targets, func(tg string) error {
+		_, err := d.node.NodeUnpublishVolume(context.Background(), &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: tg})
+		return err
+	})
+	assertAllStopped(t, d.stateDir)
+}
+
+func parallel(t *testing.T, targets []string, f func(string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(targets))
+	for i, tg := range targets {
+		wg.Go(func() { errs[i] = f(tg) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
