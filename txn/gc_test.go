@@ -817,7 +817,7 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 	gcProduce(t, l, "p", 22)
 	gcCheckpoints(t, l, 8, 14, 18, 19)
 	gcRun(t, l, gcAt(0))
-	st := gcLoad(t, l)
+	st := txntest.Load(t, l)
 	if st.LiveFrom != 15 || fmt.Sprint(st.Checkpoints) != "[8 14 18 19]" {
 		t.Fatalf("setup: live from %d, checkpoints %v", st.LiveFrom, st.Checkpoints)
 	}
@@ -833,7 +833,7 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 			t.Errorf("step %d: %+v %v, want CheckpointAlready", step, res, err)
 		}
 	}
-	if v := gcLoad(t, l).Version; v != st.Version {
+	if v := txntest.Load(t, l).Version; v != st.Version {
 		t.Fatalf("refused or repeated checkpoints wrote versions %d..%d", st.Version+1, v)
 	}
 	res, err := txn.RecordCheckpoint(t.Context(), l, 20, quietLogger())
@@ -848,7 +848,7 @@ func TestCheckpointOlderThanRecorded(t *testing.T) {
 	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
 	gcProduce(t, l, "p", 10)
 	gcCheckpoints(t, l, 8)
-	v0 := gcLoad(t, l).Version
+	v0 := txntest.Load(t, l).Version
 	res, err := txn.RecordCheckpoint(t.Context(), l, 3, quietLogger())
 	if err != nil || res.Outcome != txn.CheckpointOlder || res.Version != v0 {
 		t.Fatalf("step 3: %+v %v, want CheckpointOlder at version %d", res, err, v0)
