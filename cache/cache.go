@@ -738,8 +738,12 @@ func (c *Cache) readBlock(rc io.Reader, p *txn.Pack, i int) (blk *block, err err
 	if got := txn.CRC32C(buf); got != p.Chunks[i] {
 		c.putBuf(buf)
 		c.verifyFailures.Add(1)
+		// Blocks count from the start of the rank's region: the object
+		// bytes tell one rank's block i from another's.
+		lo := p.Off + int64(i)*c.chunk
 		c.log.Warn("block failed CRC32C verification; refetching once",
-			"pack", p.Key, "block", i, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+			"object", p.Key, "block", i, "object_bytes", fmt.Sprintf("%d-%d", lo, lo+int64(len(buf))-1),
+			"crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
 		return nil, nil
 	}
 	blk = &block{data: buf}
@@ -767,9 +771,9 @@ func (c *Cache) fetchBlock(ctx context.Context, p *txn.Pack, i int, again bool) 
 		}
 		if again {
 			c.log.Error("block failed CRC32C verification twice; returning EIO",
-				"pack", p.Key, "block", i, "offset", off, "size", n, "want", fmt.Sprintf("%08x", p.Chunks[i]))
-			return nil, fmt.Errorf("%w: %s block %d (bytes %d-%d): manifest says CRC32C %08x",
-				ErrChecksum, p.Key, i, off, off+n-1, p.Chunks[i])
+				"object", p.Key, "block", i, "object_bytes", fmt.Sprintf("%d-%d", p.Off+off, p.Off+off+n-1), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+			return nil, fmt.Errorf("%w: %s block %d of the region at %d (object bytes %d-%d): manifest says CRC32C %08x",
+				ErrChecksum, p.Key, i, p.Off, p.Off+off, p.Off+off+n-1, p.Chunks[i])
 		}
 		again = true
 	}

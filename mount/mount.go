@@ -28,8 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -167,7 +165,7 @@ func (o *Options) setDefaults() error {
 		}
 		o.NodeID = id
 	}
-	return nil
+	return checkCheckpointDir(o.CheckpointDir, o.Logger)
 }
 
 // validate checks what can be checked without the stream; a zero value
@@ -213,9 +211,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	if err := prepareMountpoint(o.Mountpoint, o.Logger); err != nil {
-		return err
-	}
-	if err := checkCheckpointDir(o.CheckpointDir, o.Logger); err != nil {
 		return err
 	}
 	st, l, state, err := openStream(ctx, o)
@@ -343,15 +338,8 @@ func (m *mounted) serveMetrics() (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 	}
-	addr := ln.Addr().String()
-	m.log.Info("serving metrics", "addr", addr, "paths", "/metrics /health")
-	srv := m.metrics.server(o.Profiling, m.health)
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("metrics server stopped", "err", err)
-		}
-	}()
-	return addr, func() { _ = srv.Close() }, nil
+	srv := m.metrics.serve(ln, o.Profiling, m.health, m.log)
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 // mountView mounts the FUSE view; served is closed once the kernel

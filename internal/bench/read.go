@@ -113,26 +113,39 @@ func (o *ReadOptions) defaults() error {
 	return nil
 }
 
+// OpenRun opens prefix name under the store URL base for one run. done
+// deletes everything under it, unless keep, and logs a failure to: a
+// leftover prefix is worth a warning, not a failed run.
+func OpenRun(ctx context.Context, base, name string, keep bool, logger *slog.Logger) (s store.Store, url string, done func(), err error) {
+	url, err = store.SubURL(base, name)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	s, err = store.Open(ctx, url)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	done = func() {
+		if keep {
+			return
+		}
+		if err := store.DeleteAll(context.WithoutCancel(ctx), s); err != nil {
+			logger.Warn("bench: cleaning up the run's prefix", "store", store.Redact(url), "err", err)
+		}
+	}
+	return s, url, done, nil
+}
+
 // Read builds the stream, measures each (system, readers) row and prints it.
 func Read(ctx context.Context, o ReadOptions, out io.Writer) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	url, err := store.SubURL(o.StoreURL, "bench-read-"+randomHex(6))
+	s, url, done, err := OpenRun(ctx, o.StoreURL, "bench-read-"+randomHex(6), o.Keep, o.Logger)
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		return err
-	}
-	if !o.Keep {
-		defer func() {
-			if err := store.DeleteAll(context.WithoutCancel(ctx), s); err != nil {
-				o.Logger.Warn("bench read: cleaning up", "store", url, "err", err)
-			}
-		}()
-	}
+	defer done()
 	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: o.Ranks})
 	if err != nil {
 		return err

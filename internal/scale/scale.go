@@ -40,6 +40,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakestream/lakestream/internal/bench"
 	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
@@ -190,21 +191,11 @@ func (c *countingStore) Create(ctx context.Context, key string, r io.Reader, siz
 
 func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 	run := fmt.Sprintf("scale-%d-%d", ranks, time.Now().UnixNano())
-	url, err := store.SubURL(o.StoreURL, run)
+	dst, url, done, err := bench.OpenRun(ctx, o.StoreURL, run, o.Keep, o.Logger)
 	if err != nil {
 		return err
 	}
-	dst, err := store.Open(ctx, url)
-	if err != nil {
-		return err
-	}
-	if !o.Keep {
-		defer func() {
-			if err := store.DeleteAll(context.WithoutCancel(ctx), dst); err != nil {
-				o.Logger.Warn("bench scale: cleaning up", "store", url, "err", err)
-			}
-		}()
-	}
+	defer done()
 	row := Row{Kind: "stream", Ranks: ranks, Files: o.Files, Steps: o.Steps, Versions: o.Versions}
 	// Build in memory with the real producer, then copy: the copy is
 	// the same objects a producer would have written, without paying the
