@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -71,12 +70,9 @@ func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) er
 		JSON: o.JSON, Processes: o.Processes, Versions: o.Versions, Keep: o.Keep,
 		Strategies: splitList(o.Strategies),
 	}
-	for _, p := range splitList(o.Producers) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 {
-			return flagval.Usagef("--producers %q: want a comma-separated list of positive counts, e.g. 1,4,16", o.Producers)
-		}
-		io.Producers = append(io.Producers, n)
+	var err error
+	if io.Producers, err = flagval.ParseCounts("--producers", o.Producers, 1, 1<<16); err != nil {
+		return err
 	}
 	for _, p := range splitList(o.Payloads) {
 		n, err := flagval.ParseSize("--payload", p, 1, 0)

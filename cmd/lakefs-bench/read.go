@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"io"
-	"strconv"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/bench"
 	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/txn"
 )
 
 type benchReadOptions struct {
@@ -72,12 +72,8 @@ func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error 
 		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, Size: size, Runs: o.Runs,
 		MountBin: o.MountBin, MountArgs: o.MountArgs.Value(), JSON: o.JSON, Keep: o.Keep,
 	}
-	for _, r := range splitList(o.Readers) {
-		n, err := strconv.Atoi(r)
-		if err != nil || n < 1 {
-			return flagval.Usagef("--readers %q: want a comma-separated list of positive counts, e.g. 1,4", o.Readers)
-		}
-		ro.Readers = append(ro.Readers, n)
+	if ro.Readers, err = flagval.ParseCounts("--readers", o.Readers, 1, txn.MaxRanks); err != nil {
+		return err
 	}
 	if o.Steps < 1 || o.Ranks < 1 || o.Runs < 1 {
 		return flagval.Usagef("--steps, --ranks and --runs must be at least 1")

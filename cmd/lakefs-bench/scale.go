@@ -10,6 +10,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/scale"
+	"github.com/lakestream/lakestream/txn"
 )
 
 type benchScaleOptions struct {
@@ -73,12 +74,9 @@ func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) erro
 		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
 		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{},
 	}
-	for _, r := range splitList(o.Ranks) {
-		n, err := strconv.Atoi(r)
-		if err != nil || n < 1 {
-			return flagval.Usagef("--ranks %q: want a comma-separated list of positive counts, e.g. 64,1024", o.Ranks)
-		}
-		so.Ranks = append(so.Ranks, n)
+	var err error
+	if so.Ranks, err = flagval.ParseCounts("--ranks", o.Ranks, 1, txn.MaxRanks); err != nil {
+		return err
 	}
 	for _, k := range splitList(o.Mounts) {
 		n, err := strconv.Atoi(k)

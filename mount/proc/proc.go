@@ -106,8 +106,13 @@ func Start(ctx context.Context, c Config) (*Proc, error) {
 		if ok {
 			return p, nil
 		}
-		<-p.done // no line: the child closed the pipe by exiting
-		err = fmt.Errorf("%w: it exited (%v)", ErrNotReady, p.waitErr)
+		// No line: the pipe closed, normally because the child exited.
+		select {
+		case <-p.done:
+			err = fmt.Errorf("%w: it exited (%v)", ErrNotReady, p.waitErr)
+		case <-timer.C:
+			err = fmt.Errorf("%w: it closed --ready-fd without a line and is still running", ErrNotReady)
+		}
 	case <-timer.C:
 		err = fmt.Errorf("%w within %s", ErrNotReady, timeout)
 	case <-ctx.Done():
