@@ -122,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	d, err := newDriver(ctx, o, execMounter{binary: o.MountBinary, cgroup: o.MountCgroup})
+	d, err := newDriver(ctx, o, newExecMounter(o.MountBinary, o.MountCgroup))
 	if err != nil {
 		return err
 	}
