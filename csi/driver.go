@@ -51,6 +51,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/mount/proc"
 )
 
 // DriverName is the CSI driver's name: the CSIDriver object, the
@@ -77,7 +78,8 @@ type Options struct {
 	// the host (a hostPath) with mount propagation, so that mounts made
 	// under it reach the kubelet's pod directories and outlive the driver.
 	StateDir string
-	// MountBinary is the lakefs-mount executable.
+	// MountBinary is the lakefs-mount executable; "" finds it next to
+	// this executable, then on PATH.
 	MountBinary string
 	// MountCgroup, if set, is a cgroup v2 directory (e.g.
 	// /sys/fs/cgroup/lakestream) under which each lakefs-mount gets a
@@ -97,7 +99,9 @@ func (o *Options) check() error {
 		return flagval.Usagef("--state-dir %q must be an absolute directory", o.StateDir)
 	}
 	if o.MountBinary == "" {
-		return flagval.Usagef("no --mount-binary; pass the path of lakefs-mount")
+		if o.MountBinary = proc.FindBin(); o.MountBinary == "" {
+			return flagval.Usagef("lakefs-mount is neither next to lakefs-csi nor on PATH; pass --mount-binary PATH")
+		}
 	}
 	if _, err := socketPath(o.Endpoint); err != nil {
 		return err
