@@ -4,10 +4,12 @@
 //
 // # Shape
 //
-// Volumes with the same options and the same credentials share one
-// lakefs-mount per node (one cache, one poller, one heartbeat), mounted
-// at <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
-// of it. The lakefs-mount processes run in their own process group (and,
+// Volumes with the same view (mount.Options.ShareKey: what gc and
+// back-pressure see) and the same credentials share one lakefs-mount per
+// node (one cache, one poller, one heartbeat), mounted at
+// <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
+// of it. The process is started, awaited (--ready-fd) and, while this
+// driver instance runs, stopped through mount/proc. The lakefs-mount processes run in their own process group (and,
 // with --mount-cgroup, their own cgroup), so restarting or upgrading the
 // driver does not take pods' mounts down: a new driver reads the registry
 // persisted at <state-dir>/registry.json, adopts the mounts whose process
