@@ -21,8 +21,9 @@ const description = `Serves the CSI Identity and Node services on --endpoint (a 
 driver: no controller, attachRequired: false). Run by the node DaemonSet in
 deploy/kubernetes/; see docs/KUBERNETES.md.
 
-Volumes with the same attributes and secret share one lakefs-mount per node,
-mounted under --state-dir/mounts/; each pod gets a read-only bind mount of it.
+Volumes with the same view of a stream (store, ranks, view-ranks,
+checkpoint-dir) and the same secret share one lakefs-mount per node, mounted
+under --state-dir/mounts/; each pod gets a read-only bind mount of it.
 The lakefs-mount processes outlive the driver: a restarted driver adopts the
 ones still serving and cleans the dead ones.
 
