@@ -127,7 +127,12 @@ func (m *execMounter) start(ctx context.Context, v volume, dir, logPath string) 
 	}
 	p, err := proc.Start(ctx, c)
 	if err != nil {
-		return procID{}, fmt.Errorf("%w (its last line: %s)", err, lastLine(logPath))
+		// proc quotes the log's whole tail (earlier runs of this key
+		// included); the kubelet's event needs the last line only.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+		return procID{}, fmt.Errorf("%w; its log (%s) ends: %s", err, logPath, lastLine(logPath))
 	}
 	start, _ := startTime(p.Pid())
 	m.mu.Lock()

@@ -246,6 +246,11 @@ func TestPublishErrors(t *testing.T) {
 			t.Errorf("the error shows the secret's value: %s", st.Message())
 		}
 	}
+	// A store lakefs-mount cannot open: the error quotes its log's last line.
+	_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", "file:///nonexistent/stream"), nil))
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "/nonexistent/stream") {
+		t.Errorf("publish of a missing stream: %v, want Internal quoting lakefs-mount's error", err)
+	}
 	if s, _ := stateOf(target); s != notMounted {
 		t.Errorf("target is mounted after failed publishes")
 	}
