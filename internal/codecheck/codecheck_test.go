@@ -29,6 +29,7 @@ var layers = Layers{
 	Private: []string{
 		"internal/bench", "internal/benchreport", "internal/scale",
 		"internal/s3test", "internal/codecheck", "store/storetest",
+		"internal/procstat", "txn/txntest",
 	},
 	PrivateAbove: 5, // the commands host the bench subcommands
 }
