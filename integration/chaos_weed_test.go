@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/lakestream/lakestream/internal/s3test"
@@ -143,15 +141,7 @@ func (w *chaosWeed) Stop(sig syscall.Signal) {
 }
 
 func (w *chaosWeed) Client() *s3.Client {
-	cfg, _ := config.LoadDefaultConfig(context.Background(),
-		config.WithRegion(s3test.Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, "")))
-	return s3.NewFromConfig(cfg, func(o *s3.Options) {
-		o.BaseEndpoint = aws.String(w.endpoint)
-		o.UsePathStyle = true
-		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
-		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-	})
+	return s3test.NewClient(w.endpoint, s3test.AccessKey, s3test.SecretKey)
 }
 
 func (w *chaosWeed) NewBucketURL(t testing.TB) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // The benchmarks measure what must not grow with the age of a stream
@@ -105,7 +106,7 @@ func BenchmarkLoad(b *testing.B) {
 			dir := benchLog(b, n)
 			var st *txn.State
 			for b.Loop() {
-				st = benchLoad(b, benchOpen(b, dir))
+				st = txntest.Load(b, benchOpen(b, dir))
 			}
 			if st.Version != n {
 				b.Fatalf("loaded version %d, want %d", st.Version, n)
@@ -134,7 +135,7 @@ func BenchmarkRefresh(b *testing.B) {
 			}
 			defer p.Close(context.WithoutCancel(ctx)) //nolint:errcheck // commits were waited for
 			reader := benchOpen(b, dir)
-			st := benchLoad(b, reader)
+			st := txntest.Load(b, reader)
 			i := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -163,15 +164,6 @@ func benchOpen(b *testing.B, dir string) *txn.Log {
 		b.Fatal(err)
 	}
 	return l
-}
-
-func benchLoad(b *testing.B, l *txn.Log) *txn.State {
-	b.Helper()
-	st, err := l.Load(b.Context())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st
 }
 
 var benchData = func() []byte {

@@ -43,15 +43,6 @@ func gcRun(t *testing.T, l *txn.Log, o txn.GCOptions) *txn.GCReport {
 	return rep
 }
 
-func gcLoad(t *testing.T, l *txn.Log) *txn.State {
-	t.Helper()
-	st, err := l.Load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // gcAppend appends n TGBs as producer id, continuing after its committed
 // seq, and waits for their commit. gate, if set, is called before each
 // append.
@@ -152,7 +143,7 @@ func gcCheck(t *testing.T, l *txn.Log) *txn.State {
 	if len(rep.Problems) > 0 {
 		t.Fatalf("verify at version %d: %d problems, first: %v", rep.Version, len(rep.Problems), rep.Problems[0])
 	}
-	st := gcLoad(t, l)
+	st := txntest.Load(t, l)
 	seen := map[string]uint64{}
 	for i, tgb := range st.Steps {
 		if tgb.Step != st.LiveFrom+int64(i) {
@@ -175,17 +166,7 @@ func gcExactlyOnce(t *testing.T, l *txn.Log, st *txn.State, id string, n uint64)
 		if tgb.Producer != id || tgb.Seq != uint64(tgb.Step-l.Config.FirstStep+1) {
 			t.Fatalf("step %d holds %s seq %d: lost, duplicated or reordered", tgb.Step, tgb.Producer, tgb.Seq)
 		}
-		if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
-			t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
-		}
-		ranks, shared, err := l.Packs(t.Context(), tgb)
-		if err != nil {
-			t.Fatalf("step %d: %v", tgb.Step, err)
-		}
-		for r, p := range ranks {
-			checkPack(t, l, p, [][]byte{payload(id, tgb.Seq, r, 0), payload(id, tgb.Seq, r, 1)})
-		}
-		checkPack(t, l, shared, [][]byte{payload(id, tgb.Seq, -1, 0)})
+		checkTGBBytes(t, l, tgb)
 	}
 	if head, ok := st.Head(); !ok || uint64(head-l.Config.FirstStep+1) != n {
 		t.Fatalf("head %d (ok %v), want %d TGBs", head, ok, n)
@@ -254,19 +235,19 @@ func TestGCReclaim(t *testing.T) {
 				if rep.ReclaimedSteps != 0 || rep.ReclaimedBelow != 0 || len(rep.DataDeleted)+len(rep.Orphans)+len(rep.LogDeleted) > 0 {
 					t.Fatalf("%s: gc did something: %+v", what, rep)
 				}
-				if v := gcLoad(t, l).Version; v != v0 || rep.Version != v0 {
+				if v := txntest.Load(t, l).Version; v != v0 || rep.Version != v0 {
 					t.Fatalf("%s: gc moved the log from version %d to %d (report %d)", what, v0, v, rep.Version)
 				}
 			}
 			// Fewer checkpoints than RetainCheckpoints: nothing to reclaim.
 			for _, cps := range [][]int64{nil, {50}} {
 				gcCheckpoints(t, l, cps...)
-				v0 := gcLoad(t, l).Version
+				v0 := txntest.Load(t, l).Version
 				nothing(fmt.Sprintf("checkpoints %v", cps), gcRun(t, l, gcAt(0)), v0)
 			}
 
 			gcCheckpoints(t, l, 100, 150) // checkpoints 50 100 150, K=2: below 101
-			st := gcLoad(t, l)
+			st := txntest.Load(t, l)
 			reclaimed := gcStepKeys(st, 101)
 			objs := gcObjects(t, s, txn.DataPrefix)
 			rep := gcRun(t, l, gcAt(0))
@@ -328,7 +309,7 @@ func TestGCConcurrent(t *testing.T) {
 			l := newLog(t, s, txn.CreateOptions{Ranks: 2, ChunkSize: 4096, SnapshotEvery: 10, RetainCheckpoints: 2})
 			gcProduce(t, l, "p", 160)
 			gcCheckpoints(t, l, 50, 100, 150)
-			reclaimed := gcStepKeys(gcLoad(t, l), 101)
+			reclaimed := gcStepKeys(txntest.Load(t, l), 101)
 
 			const gcs = 4
 			var wg sync.WaitGroup
@@ -385,14 +366,14 @@ func TestGCDryRun(t *testing.T) {
 			gcProduce(t, l, "p", 60)
 			gcCheckpoints(t, l, 20, 40)
 			gcRun(t, l, gcAt(0)) // steps 0-20 reclaimed, their packs pending
-			pending := gcPendingKeys(gcLoad(t, l))
+			pending := gcPendingKeys(txntest.Load(t, l))
 			gcCheckpoints(t, l, 59) // now reclaimable below 41
 			orphan := "data/ghost/1/1/rank-0.pack"
 			if err := store.PutBytes(ctx, s, orphan, []byte("left behind")); err != nil {
 				t.Fatal(err)
 			}
 			before := gcObjects(t, s, "")
-			v0 := gcLoad(t, l).Version
+			v0 := txntest.Load(t, l).Version
 
 			o := gcAt(gcGrace + time.Minute)
 			o.DryRun = true
@@ -449,7 +430,7 @@ func TestGCOrphans(t *testing.T) {
 			l := newLog(t, s, txn.CreateOptions{Ranks: 2, ChunkSize: 4096})
 			gcProduce(t, l, "p", 5) // epoch 1: seq 1-5
 			gcProduce(t, l, "p", 5) // epoch 2: seq 6-10
-			if ps := gcLoad(t, l).Producers["p"]; ps.Epoch != 2 || ps.Seq != 10 {
+			if ps := txntest.Load(t, l).Producers["p"]; ps.Epoch != 2 || ps.Seq != 10 {
 				t.Fatalf("producer state %+v", ps)
 			}
 			garbage := []string{
@@ -523,7 +504,7 @@ func TestGCLog(t *testing.T) {
 			if _, err := l.Refresh(ctx, ref); err != nil {
 				t.Fatal(err)
 			}
-			if got := gcLoad(t, l); !slices.Equal(jsonMarshal(t, got), jsonMarshal(t, ref)) {
+			if got := txntest.Load(t, l); !slices.Equal(jsonMarshal(t, got), jsonMarshal(t, ref)) {
 				t.Fatal("the state loaded from the newest snapshot differs from the one rebuilt from all versions")
 			}
 			logBefore := gcObjects(t, s, txn.LogPrefix)
@@ -571,7 +552,7 @@ func TestGCLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := gcLoad(t, fresh); !slices.Equal(jsonMarshal(t, got), jsonMarshal(t, ref)) {
+			if got := txntest.Load(t, fresh); !slices.Equal(jsonMarshal(t, got), jsonMarshal(t, ref)) {
 				t.Fatalf("after log gc the loaded state differs:\n got %s\nwant %s", jsonMarshal(t, got), jsonMarshal(t, ref))
 			}
 			// Data is untouched, and the stream goes on.
@@ -652,7 +633,7 @@ func TestGCRacesCommits(t *testing.T) {
 			racing, reclaiming := 0, 0
 			for round := 0; after < 2; round++ {
 				for !finished {
-					if st := gcLoad(t, cl); st.NextStep() >= next+4 {
+					if st := txntest.Load(t, cl); st.NextStep() >= next+4 {
 						break
 					}
 					select {
@@ -666,7 +647,7 @@ func TestGCRacesCommits(t *testing.T) {
 				} else {
 					racing++
 				}
-				st := gcLoad(t, cl)
+				st := txntest.Load(t, cl)
 				next = st.NextStep()
 				if head, ok := st.Head(); ok {
 					retry("checkpoint", func() error {
@@ -725,7 +706,7 @@ func TestGCLogConcurrentLoadStaleHint(t *testing.T) {
 	l := newLog(t, mem, txn.CreateOptions{Ranks: 1, ChunkSize: 4096, SnapshotEvery: 10})
 	// Versions 1-36, snapshots 10, 20, 30.
 	txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 35, 1)...)
-	head := gcLoad(t, l).Version
+	head := txntest.Load(t, l).Version
 	if err := store.PutBytes(ctx, mem, txn.HintKey, []byte("20\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -758,7 +739,7 @@ func TestGCLogConcurrentLoadStaleHint(t *testing.T) {
 	if err != nil {
 		return
 	}
-	if fresh := gcLoad(t, l); !slices.Contains(fresh.Checkpoints, 5) {
+	if fresh := txntest.Load(t, l); !slices.Contains(fresh.Checkpoints, 5) {
 		t.Errorf("the commit of version %d on that state succeeded, but a fresh load (version %d) does not have it: the checkpoint is lost", v.Version, fresh.Version)
 	}
 }
@@ -815,7 +796,7 @@ func TestGCHeldByLiveConsumer(t *testing.T) {
 			t.Fatalf("dry run %v: %+v; want reclaim below 5, held by slow at 5, allowed below 16", o.DryRun, rep)
 		}
 	}
-	if st := gcLoad(t, l); st.LiveFrom != 5 {
+	if st := txntest.Load(t, l); st.LiveFrom != 5 {
 		t.Fatalf("live from %d, want 5: the consumer's step stays", st.LiveFrom)
 	}
 	forced := gcAt(0)
@@ -836,7 +817,7 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 	gcProduce(t, l, "p", 22)
 	gcCheckpoints(t, l, 8, 14, 18, 19)
 	gcRun(t, l, gcAt(0))
-	st := gcLoad(t, l)
+	st := txntest.Load(t, l)
 	if st.LiveFrom != 15 || fmt.Sprint(st.Checkpoints) != "[8 14 18 19]" {
 		t.Fatalf("setup: live from %d, checkpoints %v", st.LiveFrom, st.Checkpoints)
 	}
@@ -852,7 +833,7 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 			t.Errorf("step %d: %+v %v, want CheckpointAlready", step, res, err)
 		}
 	}
-	if v := gcLoad(t, l).Version; v != st.Version {
+	if v := txntest.Load(t, l).Version; v != st.Version {
 		t.Fatalf("refused or repeated checkpoints wrote versions %d..%d", st.Version+1, v)
 	}
 	res, err := txn.RecordCheckpoint(t.Context(), l, 20, quietLogger())
@@ -867,7 +848,7 @@ func TestCheckpointOlderThanRecorded(t *testing.T) {
 	l := newLog(t, store.NewMem(), txn.CreateOptions{Ranks: 1, RetainCheckpoints: 3})
 	gcProduce(t, l, "p", 10)
 	gcCheckpoints(t, l, 8)
-	v0 := gcLoad(t, l).Version
+	v0 := txntest.Load(t, l).Version
 	res, err := txn.RecordCheckpoint(t.Context(), l, 3, quietLogger())
 	if err != nil || res.Outcome != txn.CheckpointOlder || res.Version != v0 {
 		t.Fatalf("step 3: %+v %v, want CheckpointOlder at version %d", res, err, v0)

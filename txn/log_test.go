@@ -79,6 +79,23 @@ func batchFor(producer string, seq uint64, ranks int) txn.Batch {
 	return b
 }
 
+// checkTGBBytes checks that tgb holds what batchFor wrote for its producer
+// and seq: the batch and cursor names and every pack's bytes.
+func checkTGBBytes(t *testing.T, l *txn.Log, tgb *txn.TGB) {
+	t.Helper()
+	if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
+		t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
+	}
+	ranks, shared, err := l.Packs(t.Context(), tgb)
+	if err != nil {
+		t.Fatalf("step %d: %v", tgb.Step, err)
+	}
+	for r, p := range ranks {
+		checkPack(t, l, p, [][]byte{payload(tgb.Producer, tgb.Seq, r, 0), payload(tgb.Producer, tgb.Seq, r, 1)})
+	}
+	checkPack(t, l, shared, [][]byte{payload(tgb.Producer, tgb.Seq, -1, 0)})
+}
+
 // checkLog loads the stream from a clean (fault-free) store and checks the
 // exactly-once, contiguity and order guarantees and every pack's bytes.
 func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
@@ -103,17 +120,7 @@ func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
 		}
 		seen[tgb.Producer] = tgb.Seq
 		total++
-		if tgb.Batch != fmt.Sprintf("b%06d", tgb.Seq) || tgb.Cursor != fmt.Sprintf("c%06d", tgb.Seq) {
-			t.Fatalf("step %d: batch %q cursor %q for seq %d", tgb.Step, tgb.Batch, tgb.Cursor, tgb.Seq)
-		}
-		ranks, shared, err := l.Packs(t.Context(), tgb)
-		if err != nil {
-			t.Fatalf("step %d: %v", tgb.Step, err)
-		}
-		for r, p := range ranks {
-			checkPack(t, l, p, [][]byte{payload(tgb.Producer, tgb.Seq, r, 0), payload(tgb.Producer, tgb.Seq, r, 1)})
-		}
-		checkPack(t, l, shared, [][]byte{payload(tgb.Producer, tgb.Seq, -1, 0)})
+		checkTGBBytes(t, l, tgb)
 	}
 	for p, n := range want {
 		if seen[p] != n {

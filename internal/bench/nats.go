@@ -142,10 +142,8 @@ func natsProduce(ctx context.Context, nc *nats.Conn, id string, parts [][]byte, 
 	if err != nil {
 		return err
 	}
-	select {
-	case <-start:
-	case <-stop:
-		return nil
+	if ok, err := released(ctx, start, stop); !ok {
+		return err
 	}
 	sctx, cancel := stopContext(ctx, stop)
 	defer cancel()

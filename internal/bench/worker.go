@@ -133,6 +133,19 @@ func payloadFiles(parts [][]byte) [][]txn.FileSource {
 	return out
 }
 
+// released waits for the run to start: false if it stopped first, with
+// ctx's error if ctx ended.
+func released(ctx context.Context, start, stop <-chan struct{}) (bool, error) {
+	select {
+	case <-start:
+		return true, nil
+	case <-stop:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
 // stopContext returns a context cancelled when stop is closed (or parent
 // ends), so an upload in flight at the end of a run is abandoned.
 func stopContext(parent context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
@@ -209,12 +222,8 @@ func produce(ctx context.Context, s store.Store, l *txn.Log, sp spec, logger *sl
 }
 
 func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.FileSource, committed *atomic.Uint64, starts *sync.Map, start, stop <-chan struct{}, emit func(event)) error {
-	select {
-	case <-start:
-	case <-stop:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if ok, err := released(ctx, start, stop); !ok {
+		return err
 	}
 	sctx, cancel := stopContext(ctx, stop)
 	defer cancel()
@@ -257,12 +266,8 @@ type putFunc func(ctx context.Context, key string, data []byte) error
 // producer uploads them, and nothing else: the raw-put and plain-put
 // baselines.
 func rawPutWith(ctx context.Context, put putFunc, sp spec, parts [][]byte, start, stop <-chan struct{}, emit func(event)) error {
-	select {
-	case <-start:
-	case <-stop:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if ok, err := released(ctx, start, stop); !ok {
+		return err
 	}
 	sctx, cancel := stopContext(ctx, stop)
 	defer cancel()

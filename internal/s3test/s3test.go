@@ -229,12 +229,17 @@ func waitListening(addr string, d time.Duration) bool {
 }
 
 // Client returns a raw S3 client for the server.
-func (s *Server) Client() *s3.Client {
+func (s *Server) Client() *s3.Client { return NewClient(s.Endpoint, s.AccessKey, s.SecretKey) }
+
+// NewClient is a raw path-style S3 client for the S3 server at endpoint
+// (this package's or another, such as SeaweedFS's gateway), with checksums
+// only where an operation requires them, as the store's client sends.
+func NewClient(endpoint, access, secret string) *s3.Client {
 	cfg, _ := config.LoadDefaultConfig(context.Background(),
 		config.WithRegion(Region),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")))
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(access, secret, "")))
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
-		o.BaseEndpoint = aws.String(s.Endpoint)
+		o.BaseEndpoint = aws.String(endpoint)
 		o.UsePathStyle = true
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired

@@ -89,3 +89,13 @@ func Batches(n int, f func(i int) txn.Batch) []txn.Batch {
 	}
 	return out
 }
+
+// Load loads l's state, failing t on an error.
+func Load(t testing.TB, l *txn.Log) *txn.State {
+	t.Helper()
+	st, err := l.Load(t.Context())
+	if err != nil {
+		t.Fatalf("loading the stream: %v", err)
+	}
+	return st
+}
