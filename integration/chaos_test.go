@@ -501,12 +501,12 @@ func (c *chaosCluster) startTraining() *chaosTraining {
 			if done > last {
 				// The store may be down: a failed checkpoint or gc is retried
 				// on the next round, as a training script would.
-				if _, _, code := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
+				if _, _, code, _ := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
 					last = done
 					tr.ckpts++
 				}
 			}
-			if _, _, code := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
+			if _, _, code, _ := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
 				tr.gcRuns++
 			}
 		}
@@ -793,22 +793,6 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 			c.t.Errorf("no %s was injected: the run did not test it", k)
 		}
 	}
-}
-
-// prdExecCtx runs bin to completion under ctx (bounded by prdCmdTimeout);
-// it never fails the test: the caller judges the exit status.
-func prdExecCtx(ctx context.Context, bin string, args ...string) (stdout, stderr string, code int) {
-	ctx, cancel := context.WithTimeout(ctx, prdCmdTimeout)
-	defer cancel()
-	cmd, out, errb := prdCommand(ctx, bin, args...)
-	if err := cmd.Run(); err != nil {
-		code = -1
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		}
-	}
-	return out.String(), errb.String(), code
 }
 
 // chaosFillDisk fills the staging tmpfs for d: the writer must wait for
