@@ -192,12 +192,7 @@ func TestProduceUnsealedUntouched(t *testing.T) {
 	bin, writer := prdBins(t)
 	url, _ := mntFileURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	_, staging, manifest := prdStaging(t)
 	// b000002 (between sealed ones) and b000005 (the newest) stay unsealed.
 	prdWrite(t, writer, manifest, map[string]string{"p": staging}, 0, 6, "-unsealed", "2,5")
 	b2, b5 := filepath.Join(staging, "b000002"), filepath.Join(staging, "b000005")
@@ -274,12 +269,7 @@ func TestProduceSameIDFenced(t *testing.T) {
 	srv := s3test.Start(t)
 	url := srv.NewBucketURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	root, staging, manifest := prdStaging(t)
 	dirs := map[string]string{"dup": staging}
 	s, l := prdOpen(t, url)
 	seqEpoch := func() (uint64, uint64) {
@@ -382,12 +372,7 @@ func TestProduceSlowCommitNotRejected(t *testing.T) {
 	bin, writer := prdBins(t)
 	url, _ := mntFileURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	_, staging, manifest := prdStaging(t)
 	p, err := prdStart(bin, url, staging, "p", "--poll", "10ms", "--strategy", "fixed")
 	if err != nil {
 		t.Fatal(err)

@@ -146,6 +146,18 @@ func (o *prdOutput) String() string {
 	return o.buf.String()
 }
 
+// prdStaging makes a staging directory in a fresh temp dir (root) and
+// names the writer's manifest beside it.
+func prdStaging(t testing.TB) (root, staging, manifest string) {
+	t.Helper()
+	root = t.TempDir()
+	staging = filepath.Join(root, "staging")
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root, staging, filepath.Join(root, "manifest.jsonl")
+}
+
 // prdExec runs bin to completion (bounded by prdCmdTimeout) and returns
 // its output and exit status.
 func prdExec(t testing.TB, bin string, args ...string) (stdout, stderr string, code int) {
