@@ -11,7 +11,7 @@ GO ?= go
 all: build
 
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
 
 tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
 

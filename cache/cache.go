@@ -77,7 +77,7 @@ type Options struct {
 	// Size is the memory budget for blocks, in bytes (see the package doc
 	// for how it is split). It must hold at least MinBlocks blocks.
 	Size int64
-	// Fetchers bounds concurrent prefetch GETs (default 16). Reads by
+	// Fetchers bounds concurrent prefetch GETs (default DefaultFetchers). Reads by
 	// applications are not bounded by it.
 	Fetchers int
 	// MaxRun is how many consecutive blocks one prefetch GET may fetch
@@ -91,6 +91,19 @@ type Options struct {
 
 // MinBlocks is the smallest budget, in blocks, that Options.Size may give.
 const MinBlocks = 16
+
+// DefaultFetchers is Options.Fetchers when it is not set.
+const DefaultFetchers = 16
+
+// CheckSize checks a cache budget of size bytes against the stream's
+// chunk size: it must hold at least MinBlocks blocks.
+func CheckSize(size, chunkSize int64) error {
+	if size < MinBlocks*chunkSize {
+		return fmt.Errorf("holds fewer than %d blocks of this stream's %d bytes; give at least %d bytes",
+			MinBlocks, chunkSize, MinBlocks*chunkSize)
+	}
+	return nil
+}
 
 // Stats are the cache's counters since New.
 type Stats struct {
@@ -289,12 +302,11 @@ func New(o Options) (*Cache, error) {
 	if o.ChunkSize <= 0 {
 		return nil, fmt.Errorf("cache: chunk size %d must be positive", o.ChunkSize)
 	}
-	if o.Size < MinBlocks*o.ChunkSize {
-		return nil, fmt.Errorf("cache size %d bytes holds fewer than %d blocks of %d bytes; give at least %d bytes",
-			o.Size, MinBlocks, o.ChunkSize, MinBlocks*o.ChunkSize)
+	if err := CheckSize(o.Size, o.ChunkSize); err != nil {
+		return nil, fmt.Errorf("cache size %d bytes: %w", o.Size, err)
 	}
 	if o.Fetchers <= 0 {
-		o.Fetchers = 16
+		o.Fetchers = DefaultFetchers
 	}
 	if o.MaxRun <= 0 {
 		o.MaxRun = 8
@@ -726,8 +738,12 @@ func (c *Cache) readBlock(rc io.Reader, p *txn.Pack, i int) (blk *block, err err
 	if got := txn.CRC32C(buf); got != p.Chunks[i] {
 		c.putBuf(buf)
 		c.verifyFailures.Add(1)
+		// Blocks count from the start of the rank's region: the object
+		// bytes tell one rank's block i from another's.
+		lo := p.Off + int64(i)*c.chunk
 		c.log.Warn("block failed CRC32C verification; refetching once",
-			"pack", p.Key, "block", i, "crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+			"object", p.Key, "block", i, "object_bytes", fmt.Sprintf("%d-%d", lo, lo+int64(len(buf))-1),
+			"crc", fmt.Sprintf("%08x", got), "want", fmt.Sprintf("%08x", p.Chunks[i]))
 		return nil, nil
 	}
 	blk = &block{data: buf}
@@ -755,9 +771,9 @@ func (c *Cache) fetchBlock(ctx context.Context, p *txn.Pack, i int, again bool) 
 		}
 		if again {
 			c.log.Error("block failed CRC32C verification twice; returning EIO",
-				"pack", p.Key, "block", i, "offset", off, "size", n, "want", fmt.Sprintf("%08x", p.Chunks[i]))
-			return nil, fmt.Errorf("%w: %s block %d (bytes %d-%d): manifest says CRC32C %08x",
-				ErrChecksum, p.Key, i, off, off+n-1, p.Chunks[i])
+				"object", p.Key, "block", i, "object_bytes", fmt.Sprintf("%d-%d", p.Off+off, p.Off+off+n-1), "want", fmt.Sprintf("%08x", p.Chunks[i]))
+			return nil, fmt.Errorf("%w: %s block %d of the region at %d (object bytes %d-%d): manifest says CRC32C %08x",
+				ErrChecksum, p.Key, i, p.Off, p.Off+off, p.Off+off+n-1, p.Chunks[i])
 		}
 		again = true
 	}

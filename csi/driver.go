@@ -49,6 +49,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 // DriverName is the CSI driver's name: the CSIDriver object, the
@@ -84,22 +86,18 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
-// ErrUsage classifies errors in the driver's options (errors.Is): the
-// command exits 2.
-var ErrUsage = errors.New("usage error")
-
 func (o *Options) check() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.NodeID == "" {
-		return fmt.Errorf("%w: no node id; pass --node-id NAME or set KUBE_NODE_NAME (the manifests set it from spec.nodeName)", ErrUsage)
+		return flagval.Usagef("no node id; pass --node-id NAME or set KUBE_NODE_NAME (the manifests set it from spec.nodeName)")
 	}
 	if o.StateDir == "" || !filepath.IsAbs(o.StateDir) {
-		return fmt.Errorf("%w: --state-dir %q must be an absolute directory", ErrUsage, o.StateDir)
+		return flagval.Usagef("--state-dir %q must be an absolute directory", o.StateDir)
 	}
 	if o.MountBinary == "" {
-		return fmt.Errorf("%w: no --mount-binary; pass the path of lakefs-mount", ErrUsage)
+		return flagval.Usagef("no --mount-binary; pass the path of lakefs-mount")
 	}
 	if _, err := socketPath(o.Endpoint); err != nil {
 		return err
@@ -111,12 +109,13 @@ func (o *Options) check() error {
 func socketPath(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Scheme != "unix" || u.Host != "" || !filepath.IsAbs(u.Path) {
-		return "", fmt.Errorf("%w: --endpoint %q must be unix:///absolute/path.sock", ErrUsage, endpoint)
+		return "", flagval.Usagef("--endpoint %q must be unix:///absolute/path.sock", endpoint)
 	}
 	return u.Path, nil
 }
 
 // Run serves the Identity and Node services on o.Endpoint until ctx ends.
+// Errors in o wrap flagval.ErrUsage.
 // It first adopts or cleans the mounts an earlier driver left behind.
 // Shared mounts keep running after it returns.
 func Run(ctx context.Context, o Options) error {

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/store"
@@ -192,7 +195,7 @@ func TestWaitStep(t *testing.T) {
 }
 
 // TestWaitStepOneDeadlinePerOperation: the lookups one operation makes of a
-// future step (ls: stat, then open) share one deadline: the second fails
+// future step (ls: stat, then lstat) share one deadline: the second fails
 // when the first does, instead of waiting --wait again.
 func TestWaitStepOneDeadlinePerOperation(t *testing.T) {
 	v := NewView(&Snapshot{Steps: nil})
@@ -205,5 +208,37 @@ func TestWaitStepOneDeadlinePerOperation(t *testing.T) {
 	}
 	if took := time.Since(start); took >= 2*d {
 		t.Fatalf("two lookups of one step waited %s, want one --wait of %s", took, d)
+	}
+}
+
+// TestWaitStepRetryWaitsAgain: once a lookup's wait for a step has timed
+// out, another process's lookup of it right after waits --wait of its own
+// and sees the step when it comes (issue 22). Before, every lookup within
+// a second of the timeout failed at once: the deadline was shared by all
+// processes for a second after it passed.
+func TestWaitStepRetryWaitsAgain(t *testing.T) {
+	v := NewView(snap(0, 3))
+	caller := func(pid uint32) context.Context {
+		return &fuse.Context{Caller: fuse.Caller{Pid: pid}, Cancel: t.Context().Done()}
+	}
+	if _, err := v.WaitStep(caller(100), 3, 20*time.Millisecond); !errors.Is(err, errNoEntry) {
+		t.Fatalf("the first wait: %v; want it to time out", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := v.WaitStep(caller(101), 3, time.Minute)
+		got <- err
+	}()
+	for !v.Waiting() {
+		select {
+		case err := <-got:
+			t.Fatalf("a retry right after a timed-out wait returned at once: %v", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	v.Publish(snap(0, 4))
+	if err := <-got; err != nil {
+		t.Fatalf("the retry did not see the step committed while it waited: %v", err)
 	}
 }

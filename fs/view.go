@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -62,11 +64,12 @@ type View struct {
 	cur atomic.Pointer[published]
 	mu  sync.Mutex // serialises Publish
 
-	// deadlines holds, per step being waited for, when its wait ends: one
-	// operation (ls, stat then open) makes several lookups of a future
-	// step, and each waiting its own --wait would multiply it.
+	// deadlines holds, per step and calling process being waited for,
+	// when its wait ends: one operation (ls: stat, then lstat to tell a
+	// dangling symlink) makes several lookups of a future step, and each
+	// waiting its own --wait would multiply it.
 	waitMu    sync.Mutex
-	deadlines map[int64]time.Time // GUARDED_BY(waitMu)
+	deadlines map[waitKey]time.Time // GUARDED_BY(waitMu)
 
 	// Demand, for a publisher that polls only when someone waits: wanted
 	// (capacity 1) is signalled when a lookup asks for a step past the
@@ -75,25 +78,33 @@ type View struct {
 	waiting atomic.Int32
 }
 
-// deadline is the end of the wait for step n: that of a wait still running
-// or ended less than shareAfter ago (the next lookup of the same operation
-// follows at once), or now+d.
-func (v *View) deadline(n int64, d time.Duration) (time.Time, bool) {
+// waitKey is one caller's wait for one step: the caller is the process
+// (thread) the kernel names in the request, 0 outside FUSE.
+type waitKey struct {
+	step int64
+	pid  uint32
+}
+
+// deadline is the end of k's wait: that of a wait of the same caller still
+// running or ended less than shareAfter ago (the next lookup of the same
+// operation follows at once), or now+d. Another process, or a retry after
+// shareAfter, waits d of its own.
+func (v *View) deadline(k waitKey, d time.Duration) (time.Time, bool) {
 	v.waitMu.Lock()
 	defer v.waitMu.Unlock()
 	now := time.Now()
-	if dl, ok := v.deadlines[n]; ok && now.Before(dl.Add(shareAfter)) {
+	if dl, ok := v.deadlines[k]; ok && now.Before(dl.Add(shareAfter)) {
 		return dl, true
 	}
 	if v.deadlines == nil {
-		v.deadlines = map[int64]time.Time{}
+		v.deadlines = map[waitKey]time.Time{}
 	}
-	for k, dl := range v.deadlines {
+	for old, dl := range v.deadlines {
 		if !now.Before(dl.Add(shareAfter)) {
-			delete(v.deadlines, k)
+			delete(v.deadlines, old)
 		}
 	}
-	v.deadlines[n] = now.Add(d)
+	v.deadlines[k] = now.Add(d)
 	return now.Add(d), false
 }
 
@@ -123,9 +134,12 @@ func (v *View) Publish(s *Snapshot) *Snapshot {
 	return old.snap
 }
 
-// shareAfter is how long after a wait for a step ended a lookup of it still
-// fails at once instead of waiting again.
-const shareAfter = time.Second
+// shareAfter is how long after a wait for a step ended a lookup of it by
+// the same caller still fails at once instead of waiting again: long enough
+// for the next system call of one operation, short enough that a retry
+// waits again (it was 1 s, shared by all processes, so a retry right after
+// a timeout failed at once).
+const shareAfter = 100 * time.Millisecond
 
 // Wanted is signalled when a lookup asks for a step that is not committed
 // yet: the publisher should look for new versions now.
@@ -149,8 +163,8 @@ var errNotCommitted = fmt.Errorf("step is not committed or was reclaimed: %w", e
 
 // WaitStep returns step n's TGB, waiting up to d for it to be committed.
 // A reclaimed step fails at once; so does any missing step when d is 0.
-// Lookups of one step within d of the first share its deadline, so one
-// operation waits d in all, not d per lookup.
+// Lookups of one step by one caller within d of the first share its
+// deadline, so one operation waits d in all, not d per lookup.
 func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB, error) {
 	var deadline <-chan time.Time
 	how := ""
@@ -167,7 +181,11 @@ func (v *View) WaitStep(ctx context.Context, n int64, d time.Duration) (*txn.TGB
 			return nil, fmt.Errorf("step %d: %w", n, errNotCommitted)
 		}
 		if deadline == nil {
-			dl, shared := v.deadline(n, d)
+			k := waitKey{step: n}
+			if c, ok := fuse.FromContext(ctx); ok {
+				k.pid = c.Pid
+			}
+			dl, shared := v.deadline(k, d)
 			if shared {
 				how = " (one deadline for all lookups of it in that time)"
 			}

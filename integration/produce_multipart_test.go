@@ -124,10 +124,12 @@ func TestProduceSIGTERMAbortsMultipart(t *testing.T) {
 			p.kill()
 			t.Fatalf("run %d: never saw an upload in flight; stderr:\n%s", i, p.tail())
 		}
+		termed := time.Now()
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		<-p.done
+		t.Logf("run %d: exited %v after SIGTERM", i, time.Since(termed).Round(time.Millisecond))
 		if p.code() != 0 {
 			t.Fatalf("run %d: exit %d after SIGTERM; stderr:\n%s", i, p.code(), p.tail())
 		}

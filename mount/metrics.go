@@ -1,7 +1,10 @@
 package mount
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -97,6 +100,19 @@ func (m *mounted) health() string {
 		why = append(why, "refreshing the manifest fails; serving the last good state")
 	}
 	return strings.Join(why, "; ")
+}
+
+// serve serves the metrics server on ln in the background until it is
+// closed, and logs the address it took (--metrics-addr :0 picks a port).
+func (x *metrics) serve(ln net.Listener, profiling bool, health func() string, log *slog.Logger) *http.Server {
+	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /health")
+	srv := x.server(profiling, health)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return srv
 }
 
 // server serves /metrics, /health (200 "ok", or 503 and what is wrong, from

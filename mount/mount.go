@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -131,32 +129,20 @@ func (o *Options) setDefaults() error {
 		return flagval.Usagef("mount point %s: %v", o.Mountpoint, err)
 	}
 	o.Mountpoint = abs
+	if err := o.validate(); err != nil {
+		return err
+	}
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
-	}
-	if o.PrefetchSteps < 0 {
-		return flagval.Usagef("--prefetch-steps %d is negative; use 0 to disable prefetching", o.PrefetchSteps)
-	}
-	if o.Wait < 0 {
-		return flagval.Usagef("--wait %s is negative", o.Wait)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	if o.PollInterval < time.Millisecond {
-		return flagval.Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
-	}
 	if o.IdlePollInterval == 0 {
 		o.IdlePollInterval = max(DefaultIdlePollInterval, o.PollInterval)
 	}
-	if o.IdlePollInterval < o.PollInterval {
-		return flagval.Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
-	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if o.HeartbeatInterval < 0 {
-		return flagval.Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
 	}
 	if o.ReadAhead == 0 {
 		o.ReadAhead = DefaultReadAhead
@@ -168,10 +154,35 @@ func (o *Options) setDefaults() error {
 		}
 		o.NodeID = id
 	}
-	if err := validateNodeID(o.NodeID); err != nil {
-		return err
-	}
 	return nil
+}
+
+// validate checks what can be checked without the stream; a zero value
+// stands for its default.
+func (o *Options) validate() error {
+	switch {
+	case o.ViewRanks < 0:
+		return flagval.Usagef("--view-ranks %d is negative; use 0 to show the stream's own ranks", o.ViewRanks)
+	case o.PrefetchSteps < 0:
+		return flagval.Usagef("--prefetch-steps %d is negative; use 0 to disable prefetching", o.PrefetchSteps)
+	case o.Wait < 0:
+		return flagval.Usagef("--wait %s is negative", o.Wait)
+	case o.PollInterval != 0 && o.PollInterval < time.Millisecond:
+		return flagval.Usagef("--poll-interval %s is too short; use at least 1ms", o.PollInterval)
+	case o.IdlePollInterval != 0 && o.IdlePollInterval < max(o.PollInterval, time.Millisecond):
+		return flagval.Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
+	case o.HeartbeatInterval < 0:
+		return flagval.Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
+	case o.Fetchers < 0:
+		return flagval.Usagef("--fetchers %d is negative; use at least 1", o.Fetchers)
+	case o.CacheSize < 0 || o.CacheSize > flagval.MaxSize:
+		return flagval.Usagef("--cache-size %d is out of range; use %s to %s", o.CacheSize, flagval.FormatSize(MinCacheSize), flagval.FormatSize(flagval.MaxSize))
+	case o.ReadAhead != 0 && (o.ReadAhead < MinReadAhead || o.ReadAhead > MaxReadAhead):
+		return flagval.Usagef("--read-ahead %d is out of range; use %s to %s", o.ReadAhead, flagval.FormatSize(MinReadAhead), flagval.FormatSize(MaxReadAhead))
+	case o.NodeID != "":
+		return validateNodeID(o.NodeID)
+	}
+	return checkCheckpointDir(o.CheckpointDir, o.Logger)
 }
 
 func validateNodeID(id string) error {
@@ -190,9 +201,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log := o.Logger
 	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
-		return err
-	}
-	if err := checkCheckpointDir(o.CheckpointDir, log); err != nil {
 		return err
 	}
 	st, err := store.Open(ctx, o.Store)
@@ -226,9 +234,8 @@ func Run(ctx context.Context, o Options) error {
 			return flagval.Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
-	if o.CacheSize < cache.MinBlocks*l.Config.ChunkSize {
-		return flagval.Usagef("--cache-size %d bytes is too small for this stream's %d-byte blocks; use at least %d",
-			o.CacheSize, l.Config.ChunkSize, cache.MinBlocks*l.Config.ChunkSize)
+	if err := cache.CheckSize(o.CacheSize, l.Config.ChunkSize); err != nil {
+		return flagval.Usagef("--cache-size %s: %w", flagval.FormatSize(o.CacheSize), err)
 	}
 	state, err := l.Load(ctx)
 	if err != nil {
@@ -285,14 +292,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
 		}
 		metricsAddr = ln.Addr().String()
-		log.Info("serving metrics", "addr", metricsAddr, "paths", "/metrics /health")
-		srv := m.metrics.server(o.Profiling, m.health)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "err", err)
-			}
-		}()
-		defer srv.Close()
+		defer m.metrics.serve(ln, o.Profiling, m.health, log).Close()
 	}
 
 	server, err := gofs.Mount(o.Mountpoint, m.root, m.root.MountOptions(o.AllowOther, o.Debug))

@@ -630,9 +630,10 @@ func tmpfs(t *testing.T, opts string) string {
 	return dir
 }
 
-// fill takes every free block and inode of the filesystem holding dir,
-// in files named fill-*, so that any new file or write fails with ENOSPC.
-func fill(t *testing.T, dir string) {
+// fill takes every free block (and with inodes every free inode) of the
+// filesystem holding dir, in files named fill-*, so that any write (and
+// any new file) fails with ENOSPC.
+func fill(t *testing.T, dir string, inodes bool) {
 	t.Helper()
 	f, err := os.Create(filepath.Join(dir, "fill-blocks"))
 	if err != nil {
@@ -646,7 +647,7 @@ func fill(t *testing.T, dir string) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("filling %s: %v", dir, err)
 	}
-	for i := 0; ; i++ {
+	for i := 0; inodes; i++ {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fill-%d", i)))
 		if errors.Is(err, syscall.ENOSPC) {
 			return
@@ -671,7 +672,7 @@ func TestFullStagingDisk(t *testing.T) {
 	write(t, filepath.Join(e.staging, "b2"), map[string]string{"rank-0/a": "only rank 0", stage.Sealed: ""})
 	batch(t, e.staging, "b3")
 	write(t, e.staging, map[string]string{stage.LockFile: ""}) // left by an earlier run
-	fill(t, e.staging)
+	fill(t, e.staging, true)
 
 	tree, err := stage.Open(e.staging)
 	if err != nil {
@@ -715,5 +716,24 @@ func TestFullStagingDisk(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "b2", stage.Reason))
 	if err != nil || !strings.Contains(string(b), "missing rank directory") {
 		t.Fatalf("b2's %s: %q %v", stage.Reason, b, err)
+	}
+}
+
+// TestFullStagingDiskFirstStart: the first run on a staging filesystem
+// whose blocks are all taken (the lock file does not exist yet) takes the
+// lock and commits. Before, it exited 1 writing _lock.
+func TestFullStagingDiskFirstStart(t *testing.T) {
+	e := newEnv(t)
+	e.staging = tmpfs(t, "size=1m")
+	batch(t, e.staging, "b1")
+	fill(t, e.staging, false)
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
+		t.Fatalf("steps %v, want b1", steps)
+	}
+	if _, err := os.Stat(filepath.Join(e.staging, stage.LockFile)); err != nil {
+		t.Fatalf("the lock file: %v", err)
 	}
 }

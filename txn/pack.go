@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"strings"
 )
 
 // Castagnoli is the CRC32C table used for every checksum in a stream.
@@ -156,6 +157,26 @@ func (pr *packReader) finish() (*Pack, error) {
 	return &p, nil
 }
 
+// filesIn names the files of p that overlap the region bytes [lo, hi), for
+// messages: ", file a" or ", files a, b and 3 more".
+func filesIn(p *Pack, lo, hi int64) string {
+	var names []string
+	for _, f := range p.Files {
+		if f.Off < hi && f.Off+f.Size > lo {
+			names = append(names, f.Name)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return ""
+	case len(names) == 1:
+		return ", file " + names[0]
+	case len(names) <= 3:
+		return ", files " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf(", files %s and %d more", strings.Join(names[:2], ", "), len(names)-2)
+}
+
 // VerifyPack checks data (a whole pack's bytes) against the pack's chunk
 // and file CRCs.
 func VerifyPack(p *Pack, data []byte, chunkSize int64) error {
@@ -166,7 +187,8 @@ func VerifyPack(p *Pack, data []byte, chunkSize int64) error {
 		lo := int64(i) * chunkSize
 		hi := min(lo+chunkSize, p.Size)
 		if got := CRC32C(data[lo:hi]); got != want {
-			return fmt.Errorf("pack %s chunk %d: CRC32C %08x, manifest says %08x", p.Key, i, got, want)
+			return fmt.Errorf("pack %s chunk %d (object bytes %d-%d%s): CRC32C %08x, manifest says %08x",
+				p.Key, i, p.Off+lo, p.Off+hi-1, filesIn(p, lo, hi), got, want)
 		}
 	}
 	for _, f := range p.Files {

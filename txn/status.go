@@ -208,17 +208,24 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 	if err != nil {
 		return []Problem{{key, err.Error()}}
 	}
+	nranks := len(ranks)
 	if shared != nil {
 		ranks = append(ranks, shared)
 	}
 	var out []Problem
-	for _, p := range ranks {
+	for r, p := range ranks {
 		data, err := l.Store.GetRange(ctx, key, p.Off, p.Size)
 		if err == nil {
 			err = VerifyPack(p, data, l.Config.ChunkSize)
 		}
 		if err != nil {
-			out = append(out, Problem{key, err.Error()})
+			// Chunks and offsets count from the start of the region, so
+			// every rank's look alike: name the rank.
+			where := fmt.Sprintf("step %d rank %d", t.Step, r)
+			if r >= nranks {
+				where = fmt.Sprintf("step %d step-level files", t.Step)
+			}
+			out = append(out, Problem{key, where + ": " + err.Error()})
 		}
 	}
 	return out

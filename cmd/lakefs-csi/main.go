@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/csi"
+	"github.com/lakestream/lakestream/internal/flagval"
 )
 
 const description = `Serves the CSI Identity and Node services on --endpoint (a node-only
@@ -64,7 +65,7 @@ func run(args []string) int {
 		Action: func(cc *cli.Context) error {
 			actionRan = true
 			if cc.NArg() != 0 {
-				return fmt.Errorf("%w: unexpected argument %q; lakefs-csi takes only flags", csi.ErrUsage, cc.Args().First())
+				return flagval.Usagef("unexpected argument %q; lakefs-csi takes only flags", cc.Args().First())
 			}
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx, stop := signal.NotifyContext(cc.Context, syscall.SIGINT, syscall.SIGTERM)
@@ -76,7 +77,7 @@ func run(args []string) int {
 	switch {
 	case err == nil:
 		return 0
-	case !actionRan || errors.Is(err, csi.ErrUsage):
+	case !actionRan || errors.Is(err, flagval.ErrUsage):
 		fmt.Fprintln(os.Stderr, "lakefs-csi:", err)
 		return 2
 	default:

@@ -5,15 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
+	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/mount"
 )
@@ -43,6 +47,10 @@ with lakefs-mount --abort MOUNTPOINT: readers get an error (ENOTCONN) at
 once, the mount is detached, and the next lakefs-mount on MOUNTPOINT starts
 clean. Kill the hung process yourself (kill -9).
 
+A supervisor passes --ready-fd N (a pipe it opened as file descriptor N)
+and waits for the line written there once the view is served; the pipe
+closing without a line means lakefs-mount failed (its stderr says why).
+
 EXAMPLES:
    lakefs-mount --store file:///data/stream /mnt/stream
    lakefs-mount --abort /mnt/stream      # free a hung mount
@@ -57,93 +65,33 @@ EXIT STATUS:
    2  usage error (bad flag or argument)`
 
 func main() {
-	os.Exit(run(os.Args))
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
 // run parses the command line and runs the mount; it returns the exit
 // status.
-func run(args []string) int {
-	var o mount.Options
-	var ranks, cacheSize, readAhead string
-	var debugFUSE, abort bool
+func run(args []string, stdout, stderr io.Writer) int {
 	actionRan := false
 	app := &cli.App{
-		Name:        "lakefs-mount",
-		Usage:       "mount a Lakestream stream read-only (FUSE)",
-		UsageText:   "lakefs-mount --store URL [options] MOUNTPOINT",
-		Description: description,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"}, Destination: &o.Store,
-				Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=..."},
-			&cli.StringFlag{Name: "ranks", Destination: &ranks, Usage: "ranks this node shows, e.g. 0-3,8 (default: all; only what readers open is fetched)"},
-			&cli.IntFlag{Name: "view-ranks", Destination: &o.ViewRanks,
-				Usage: "show the stream as R2 ranks (R2 divides R): rank-r holds original ranks r*(R/R2)..(r+1)*(R/R2)-1 as rank-<original>/ directories"},
-			&cli.StringFlag{Name: "cache-size", Value: "2GiB", Destination: &cacheSize,
-				Usage: "memory for cached and prefetched blocks; the process uses about this plus 128MiB"},
-			&cli.IntFlag{Name: "prefetch-steps", Value: mount.DefaultPrefetchSteps, Destination: &o.PrefetchSteps,
-				Usage: "P: opening a file of step n prefetches steps n..n+P (0: off)"},
-			&cli.DurationFlag{Name: "wait", Destination: &o.Wait,
-				Usage: "how long opening a step that is not committed yet waits for it (0: fail at once with ENOENT)"},
-			&cli.StringFlag{Name: "checkpoint-dir", Destination: &o.CheckpointDir,
-				Usage: "watch this directory for training checkpoints and record them in the manifest"},
-			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
-			&cli.DurationFlag{Name: "poll-interval", Value: mount.DefaultPollInterval, Destination: &o.PollInterval,
-				Usage: "how often to check the manifest log for new steps while a reader waits for one or reads near the head"},
-			&cli.DurationFlag{Name: "idle-poll-interval", Value: mount.DefaultIdlePollInterval, Destination: &o.IdlePollInterval,
-				Usage: "how often to check it otherwise (idle or lagging readers)"},
-			&cli.StringFlag{Name: "node-id", Destination: &o.NodeID, Usage: "this mount's name in _consumers/<node-id>.json (default: host name plus a hash of the mount point); a second live mount with the same id is refused"},
-			&cli.DurationFlag{Name: "heartbeat-interval", Value: mount.DefaultHeartbeatInterval, Destination: &o.HeartbeatInterval,
-				Usage: "how often to write the heartbeat"},
-			&cli.StringFlag{Name: "read-ahead", Value: "4MiB", Destination: &readAhead, Usage: "kernel read-ahead of the mount"},
-			&cli.IntFlag{Name: "fetchers", Value: 16, Destination: &o.Fetchers, Usage: "concurrent prefetch GETs"},
-			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Hidden: true,
-				Usage: "add this latency to every data GET (benchmarks: simulate a remote store)"},
-			&cli.BoolFlag{Name: "allow-other", Destination: &o.AllowOther, Usage: "let users other than the mounting one read (default: only the mounting user)"},
-			&cli.BoolFlag{Name: "abort", Destination: &abort,
-				Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"},
-			&cli.BoolFlag{Name: "pprof", Destination: &o.Profiling, Usage: "serve Go's pprof profiles at --metrics-addr/debug/pprof/"},
-			&cli.BoolFlag{Name: "debug", Destination: &debugFUSE, Usage: "log debug messages and every FUSE request"},
-		},
+		Name:            "lakefs-mount",
+		Usage:           "mount a Lakestream stream read-only (FUSE)",
+		UsageText:       "lakefs-mount --store URL [options] MOUNTPOINT",
+		Version:         buildinfo.Version(),
+		Description:     description,
+		Flags:           flags(),
 		HideHelpCommand: true,
+		Writer:          stdout,
+		ErrWriter:       stderr,
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return err
 		},
 		Action: func(cc *cli.Context) error {
 			actionRan = true
-			if cc.NArg() != 1 {
-				return flagval.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
-			}
-			o.Mountpoint = cc.Args().First()
-			if abort {
-				return mount.Abort(o.Mountpoint)
-			}
-			var err error
-			if ranks != "" {
-				if o.Ranks, err = flagval.ParseRanks(ranks); err != nil {
-					return err
-				}
-			}
-			if o.CacheSize, err = flagval.ParseSize("--cache-size", cacheSize, mount.MinCacheSize, 0); err != nil {
+			o, abort, err := parseOptions(cc, stderr)
+			if err != nil || abort {
 				return err
 			}
-			if o.ReadAhead, err = flagval.ParseSize("--read-ahead", readAhead, mount.MinReadAhead, mount.MaxReadAhead); err != nil {
-				return err
-			}
-			level := slog.LevelInfo
-			if debugFUSE {
-				level = slog.LevelDebug
-			}
-			o.Debug = debugFUSE
-			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			// Keep the heap near the cache budget: blocks are allocated and
-			// dropped all the time, and by default the heap may grow to twice
-			// what is live.
-			if debug.SetMemoryLimit(-1) == math.MaxInt64 {
-				debug.SetMemoryLimit(o.CacheSize + 96<<20)
-			}
-			ctx, stop := signal.NotifyContext(cc.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return mount.Run(ctx, o)
+			return serve(cc.Context, o)
 		},
 	}
 	err := app.RunContext(context.Background(), args)
@@ -151,10 +99,90 @@ func run(args []string) int {
 	case err == nil:
 		return 0
 	case !actionRan || errors.Is(err, flagval.ErrUsage):
-		fmt.Fprintln(os.Stderr, "lakefs-mount:", err)
+		fmt.Fprintln(stderr, "lakefs-mount:", err)
 		return 2
 	default:
-		fmt.Fprintln(os.Stderr, "lakefs-mount:", err)
+		fmt.Fprintln(stderr, "lakefs-mount:", err)
 		return 1
 	}
+}
+
+// flags are mount's option table as urfave flags, plus --abort.
+func flags() []cli.Flag {
+	var fl []cli.Flag
+	for _, op := range mount.OptionTable() {
+		var envs []string
+		if op.Env != "" {
+			envs = []string{op.Env}
+		}
+		if op.Bool {
+			fl = append(fl, &cli.BoolFlag{Name: op.Name, EnvVars: envs, Usage: op.Usage, Hidden: op.Hidden})
+			continue
+		}
+		fl = append(fl, &cli.StringFlag{Name: op.Name, EnvVars: envs, Value: op.Default, Usage: op.Usage, Hidden: op.Hidden})
+	}
+	return append(fl,
+		&cli.IntFlag{Name: "ready-fd", Value: -1,
+			Usage: "write one line to this file descriptor once the view is served (mounted, first state loaded; an empty stream too), then close it"},
+		&cli.BoolFlag{Name: "abort",
+			Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"})
+}
+
+// readyFD returns the Ready callback of --ready-fd fd.
+func readyFD(fd int) (func(mount.Info), error) {
+	var st unix.Stat_t
+	if fd < 0 || unix.Fstat(fd, &st) != nil {
+		return nil, flagval.Usagef("--ready-fd %d is not an open file descriptor; pass the number of one the parent opened for writing (e.g. 3)", fd)
+	}
+	f := os.NewFile(uintptr(fd), "ready-fd")
+	return func(mount.Info) {
+		// A supervisor that stopped listening must not stop the mount.
+		_, _ = f.WriteString("ready\n")
+		_ = f.Close()
+	}, nil
+}
+
+// parseOptions fills mount.Options from the flags; with --abort it frees
+// the mount point instead and reports abort.
+func parseOptions(cc *cli.Context, stderr io.Writer) (o mount.Options, abort bool, err error) {
+	if cc.NArg() != 1 {
+		return o, false, flagval.Usagef("want exactly one argument, the mount point, got %d; run lakefs-mount --help", cc.NArg())
+	}
+	o.Mountpoint = cc.Args().First()
+	if cc.Bool("abort") {
+		return o, true, mount.Abort(o.Mountpoint)
+	}
+	for _, op := range mount.OptionTable() {
+		v := cc.String(op.Name)
+		if op.Bool {
+			v = strconv.FormatBool(cc.Bool(op.Name))
+		}
+		if err := op.Set(&o, v); err != nil {
+			return o, false, err
+		}
+	}
+	if cc.IsSet("ready-fd") {
+		if o.Ready, err = readyFD(cc.Int("ready-fd")); err != nil {
+			return o, false, err
+		}
+	}
+	level := slog.LevelInfo
+	if o.Debug {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return o, false, nil
+}
+
+// serve runs the mount until SIGINT or SIGTERM.
+func serve(ctx context.Context, o mount.Options) error {
+	// Keep the heap near the cache budget: blocks are allocated and
+	// dropped all the time, and by default the heap may grow to twice
+	// what is live.
+	if debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		debug.SetMemoryLimit(o.CacheSize + 96<<20)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return mount.Run(ctx, o)
 }

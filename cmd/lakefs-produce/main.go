@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -32,8 +33,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	app := &cli.App{
-		Name:  "lakefs-produce",
-		Usage: "create a Lakestream stream and commit staged training batches to it",
+		Name:    "lakefs-produce",
+		Usage:   "create a Lakestream stream and commit staged training batches to it",
+		Version: buildinfo.Version(),
 		Description: `Every command takes --store URL (or LAKEFS_STORE): file:///abs/dir, or
 s3://bucket/prefix?endpoint=http://host:port&region=us-east-1&path-style=true
 (credentials from the standard AWS chain).

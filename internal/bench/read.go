@@ -21,17 +21,16 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/internal/procstat"
+	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -106,27 +105,12 @@ func (o *ReadOptions) defaults() error {
 		}
 	}
 	if o.MountBin == "" {
-		o.MountBin = MountBin()
+		o.MountBin = proc.FindBin()
 	}
 	if o.MountBin == "" {
 		return errors.New("bench read: lakefs-mount not found next to this executable or on PATH; build it (make build) or pass --mount-bin")
 	}
 	return nil
-}
-
-// MountBin finds the lakefs-mount executable: next to this executable,
-// else on PATH ("" when neither).
-func MountBin() string {
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("lakefs-mount"); err == nil {
-		return p
-	}
-	return ""
 }
 
 // OpenRun opens prefix name under the store URL base for one run. done
@@ -338,20 +322,16 @@ func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchF
 		return ReadRow{}, err
 	}
 	defer m.stop(o.Logger)
-	head := files[0][len(files[0])-1].step
-	if err := m.waitHead(head, time.Minute); err != nil {
-		return ReadRow{}, err
-	}
 	dropCaches(o.Logger)
-	cpu0, mcpu0 := procstat.SelfCPU(), procstat.CPU(m.cmd.Process.Pid)
+	cpu0, mcpu0 := procstat.SelfCPU(), procstat.CPU(m.Pid())
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
-		return readFile(filepath.Join(m.dir, f.path), f, buf)
+		return readFile(filepath.Join(m.Mountpoint(), f.path), f, buf)
 	})
 	if err != nil {
 		return ReadRow{}, err
 	}
-	cpu := procstat.SelfCPU() - cpu0 + procstat.CPU(m.cmd.Process.Pid) - mcpu0
-	rss := procstat.PeakRSS(m.cmd.Process.Pid)
+	cpu := procstat.SelfCPU() - cpu0 + procstat.CPU(m.Pid()) - mcpu0
+	rss := procstat.PeakRSS(m.Pid())
 	fetched, served, err := m.counters(ctx)
 	if err != nil {
 		return ReadRow{}, err
@@ -404,14 +384,14 @@ func dropCaches(logger *slog.Logger) {
 	}
 }
 
-// mountProc is one lakefs-mount child process.
+// mountProc is one lakefs-mount child process, served and ready.
 type mountProc struct {
-	cmd     *exec.Cmd
-	dir     string
+	*proc.Proc
 	metrics string
-	stderr  *strings.Builder
 }
 
+// startMount starts lakefs-mount on a fresh directory and waits until it
+// serves the view.
 func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, error) {
 	dir, err := os.MkdirTemp("", "lakefs-bench-read-")
 	if err != nil {
@@ -434,30 +414,13 @@ func startMount(ctx context.Context, o *ReadOptions, url string) (*mountProc, er
 		}
 		args = append(args, "--metrics-addr", addr)
 	}
-	args = append(args, o.MountArgs...)
-	cmd := exec.CommandContext(ctx, o.MountBin, append(args, dir)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
+	args = append(append(args, o.MountArgs...), dir)
+	p, err := proc.Start(ctx, proc.Config{Bin: o.MountBin, Args: args})
+	if err != nil {
 		os.Remove(dir)
-		return nil, fmt.Errorf("starting %s: %w", o.MountBin, err)
+		return nil, err
 	}
-	return &mountProc{cmd: cmd, dir: dir, metrics: "http://" + addr + "/metrics", stderr: &stderr}, nil
-}
-
-// waitHead waits until the mount shows head.
-func (m *mountProc) waitHead(head int64, limit time.Duration) error {
-	want := strconv.FormatInt(head, 10)
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && m.cmd.ProcessState == nil {
-		if b, err := os.ReadFile(filepath.Join(m.dir, "head")); err == nil && strings.TrimSpace(string(b)) == want {
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fmt.Errorf("mount at %s did not show head %s within %s: %s", m.dir, want, limit, m.stderr.String())
+	return &mountProc{Proc: p, metrics: "http://" + addr + "/metrics"}, nil
 }
 
 // counters scrapes the mount's bytes fetched and served.
@@ -489,18 +452,10 @@ func (m *mountProc) counters(ctx context.Context) (fetched, served int64, err er
 }
 
 func (m *mountProc) stop(logger *slog.Logger) {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		logger.Warn("bench read: lakefs-mount did not stop on SIGTERM; killing it", "dir", m.dir)
-		_ = m.cmd.Process.Kill()
-		<-done
-		_ = syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	if err := m.Stop(); err != nil {
+		logger.Warn("bench read: lakefs-mount did not stop cleanly", "dir", m.Mountpoint(), "err", err)
 	}
-	os.Remove(m.dir)
+	os.Remove(m.Mountpoint())
 }
 
 // readPrinter writes rows as fixed-width columns (each row as soon as it

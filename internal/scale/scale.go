@@ -29,14 +29,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -44,6 +42,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/bench"
 	"github.com/lakestream/lakestream/internal/procstat"
+	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -151,7 +150,7 @@ func (o *Options) defaults() error {
 		return errors.New("bench scale: files, file size and steps must be at least 1")
 	}
 	if o.MountBin == "" {
-		o.MountBin = bench.MountBin()
+		o.MountBin = proc.FindBin()
 	}
 	return nil
 }
@@ -332,76 +331,40 @@ func copyAll(ctx context.Context, src, dst store.Store) error {
 	return g.Wait()
 }
 
-// mountProc is one lakefs-mount child process.
-type mountProc struct {
-	cmd    *exec.Cmd
-	dir    string
-	stderr *strings.Builder
-}
+// mountProc is one lakefs-mount child process, served and ready.
+type mountProc struct{ *proc.Proc }
 
+// startMount starts lakefs-mount on a fresh directory and waits until it
+// serves the view (its state loaded: the head the caller committed).
 func startMount(ctx context.Context, o Options, storeURL, node string, extra ...string) (*mountProc, error) {
 	dir, err := os.MkdirTemp("", "lakefs-scale-")
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--store", storeURL, "--node-id", node, "--cache-size", "64MiB", "--wait", "30s"}, extra...)
-	args = append(args, dir)
-	cmd := exec.CommandContext(ctx, o.MountBin, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(ctx, proc.Config{Bin: o.MountBin, Args: append(args, dir)})
+	if err != nil {
 		os.Remove(dir)
 		return nil, err
 	}
-	return &mountProc{cmd: cmd, dir: dir, stderr: &stderr}, nil
-}
-
-// waitHead waits until the mount shows head as its head.
-func (m *mountProc) waitHead(head int64, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	want := strconv.FormatInt(head, 10)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(filepath.Join(m.dir, "head")); err == nil && strings.TrimSpace(string(b)) == want {
-			return nil
-		}
-		if m.cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fmt.Errorf("mount at %s did not show head %s within %s: %s", m.dir, want, limit, m.stderr.String())
+	return &mountProc{p}, nil
 }
 
 func (m *mountProc) stop() {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = m.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-done
-		_ = syscall.Unmount(m.dir, syscall.MNT_DETACH)
-	}
-	os.Remove(m.dir)
+	_ = m.Stop()
+	os.Remove(m.Mountpoint())
 }
 
 // measureMount starts one lakefs-mount (all ranks shown, default flags),
 // times it to the head, lists rank directories, finds one rank over every
 // step and reads every file of ReadRanks ranks, then takes its peak RSS.
 func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State, row *Row) error {
-	head, _ := st.Head()
 	start := time.Now()
 	m, err := startMount(ctx, o, storeURL, "scale-one")
 	if err != nil {
 		return err
 	}
 	defer m.stop()
-	if err := m.waitHead(head, 60*time.Second); err != nil {
-		return err
-	}
 	row.MountHeadMs = ms(time.Since(start))
 
 	// ls of a rank directory of steps nobody listed before.
@@ -409,7 +372,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	for i := range min(20, len(st.Steps)) {
 		n := st.Steps[len(st.Steps)-1-i].Step
 		t0 := time.Now()
-		if _, err := os.ReadDir(filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-1")); err != nil {
+		if _, err := os.ReadDir(filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-1")); err != nil {
 			return err
 		}
 		lss = append(lss, ms(time.Since(t0)))
@@ -421,7 +384,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	t0 := time.Now()
 	var files int
 	for _, t := range st.Steps {
-		err := filepath.WalkDir(filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-0"), func(p string, d os.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(t.Step, 10), "rank-0"), func(p string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				files++
 			}
@@ -439,7 +402,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	var n int64
 	for _, t := range st.Steps {
 		for r := range min(o.ReadRanks, row.Ranks) {
-			dir := filepath.Join(m.dir, "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
+			dir := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(t.Step, 10), "rank-"+strconv.Itoa(r))
 			ents, err := os.ReadDir(dir)
 			if err != nil {
 				return err
@@ -454,7 +417,7 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 		}
 	}
 	row.ReadRanks, row.ReadMBytes = min(o.ReadRanks, row.Ranks), float64(n)/1e6
-	row.MountRSSMiB = procstat.PeakRSS(m.cmd.Process.Pid)
+	row.MountRSSMiB = procstat.PeakRSS(m.Pid())
 	return nil
 }
 
@@ -527,7 +490,7 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		return row, err
 	}
 	head, _ := st.Head()
-	mounts, err := startMounts(ctx, o, mountURL, mode, k, head)
+	mounts, err := startMounts(ctx, o, mountURL, mode, k)
 	defer stopMounts(mounts)
 	if err != nil {
 		return row, err
@@ -555,23 +518,20 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	return row, nil
 }
 
-// startMounts starts k mounts of rank 0 and waits until each shows head.
-// The mounts it returns, even with an error, are for stopMounts.
-func startMounts(ctx context.Context, o Options, url, mode string, k int, head int64) ([]*mountProc, error) {
-	var mounts []*mountProc
+// startMounts starts k mounts of rank 0 in parallel and waits until each
+// serves the view. The mounts it returns, even with an error, are for
+// stopMounts.
+func startMounts(ctx context.Context, o Options, url, mode string, k int) ([]*mountProc, error) {
+	mounts := make([]*mountProc, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
 	for i := range k {
-		m, err := startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
-		if err != nil {
-			return mounts, err
-		}
-		mounts = append(mounts, m)
+		wg.Go(func() {
+			mounts[i], errs[i] = startMount(ctx, o, url, fmt.Sprintf("scale-%s-%d", mode, i), "--ranks", "0")
+		})
 	}
-	for _, m := range mounts {
-		if err := m.waitHead(head, 120*time.Second); err != nil {
-			return mounts, err
-		}
-	}
-	return mounts, nil
+	wg.Wait()
+	return slices.DeleteFunc(mounts, func(m *mountProc) bool { return m == nil }), errors.Join(errs...)
 }
 
 func stopMounts(mounts []*mountProc) {
@@ -622,13 +582,13 @@ func runWindow(ctx context.Context, o Options, l *txn.Log, mounts []*mountProc, 
 // and calls saw with the step; it returns nil when ctx ends.
 func followReader(ctx context.Context, m *mountProc, head int64, saw func(step int64)) error {
 	for n := head + 1; ; n++ {
-		f := filepath.Join(m.dir, "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
+		f := filepath.Join(m.Mountpoint(), "steps", strconv.FormatInt(n, 10), "rank-0", "sample-000.bin")
 		_, err := os.ReadFile(f)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reader of %s: %w", m.dir, err)
+			return fmt.Errorf("reader of %s: %w", m.Mountpoint(), err)
 		}
 		saw(n)
 	}

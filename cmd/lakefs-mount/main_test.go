@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+// parseFlags parses args (without the program name) as lakefs-mount does.
+func parseFlags(t *testing.T, args []string) (mount.Options, error) {
+	t.Helper()
+	var o mount.Options
+	var perr error
+	app := &cli.App{Name: "lakefs-mount", Flags: flags(), Action: func(cc *cli.Context) error {
+		o, _, perr = parseOptions(cc, &bytes.Buffer{})
+		return nil
+	}}
+	if err := app.Run(append([]string{"lakefs-mount"}, args...)); err != nil {
+		t.Fatalf("flags %q: %v", args, err)
+	}
+	o.Logger = nil
+	return o, perr
+}
+
+// TestFlagsAndAttributesAgree: the volume attributes the CSI driver gets,
+// turned into a command line by Options.Args, parse back through
+// lakefs-mount's flags to the same Options.
+func TestFlagsAndAttributesAgree(t *testing.T) {
+	o, err := mount.ParseAttributes(map[string]string{
+		"store": "file:///data/s", "ranks": "0-3", "view-ranks": "2", "wait": "1m", "cache-size": "512MiB",
+		"prefetch-steps": "0", "checkpoint-dir": "/ckpt", "node-id": "node-7", "allow-other": "true",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Mountpoint = "/mnt/s"
+	got, err := parseFlags(t, o.Args())
+	if err != nil || !reflect.DeepEqual(got, o) {
+		t.Errorf("flags %q gave\n%+v, %v\nwant\n%+v", o.Args(), got, err, o)
+	}
+	if got, err := parseFlags(t, []string{"/mnt/s"}); err != nil || !reflect.DeepEqual(got, withMountpoint(mount.DefaultOptions(), "/mnt/s")) {
+		t.Errorf("no flags gave %+v, %v; want the defaults", got, err)
+	}
+}
+
+func withMountpoint(o mount.Options, m string) mount.Options { o.Mountpoint = m; return o }
+
+// TestUsageErrorsExit2: bad sizes say the allowed range and exit 2.
+func TestUsageErrorsExit2(t *testing.T) {
+	for args, want := range map[string]string{
+		"--cache-size 0 /mnt":                              "--cache-size 0 is out of range; use 64KiB to 1PiB",
+		"--read-ahead 0 /mnt":                              "--read-ahead 0 is out of range; use 4KiB to 1GiB",
+		"--cache-size 2x /mnt":                             `--cache-size "2x" is not a size`,
+		"--store file:///nowhere --prefetch-steps -1 /mnt": "--prefetch-steps -1 is negative",
+		"--store file:///s":                                "want exactly one argument, the mount point, got 0",
+	} {
+		var stderr bytes.Buffer
+		code := run(append([]string{"lakefs-mount"}, strings.Fields(args)...), &bytes.Buffer{}, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("lakefs-mount %s: exit %d, %q; want 2 and %q", args, code, stderr.String(), want)
+		}
+	}
+}

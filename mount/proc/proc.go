@@ -1,0 +1,247 @@
+// Package proc starts a lakefs-mount child process, waits until its view is
+// served and stops it: the one helper for every supervisor (the CSI
+// driver, the benchmarks, the integration tests).
+//
+// Readiness is lakefs-mount's --ready-fd: the child writes a line to a
+// pipe once the FUSE mount is up and the first state is loaded, so an
+// empty stream is ready too (polling the head file is not: it has no
+// head). The pipe closing without a line means the child failed; its
+// stderr's tail is in the error.
+//
+// A Proc is used by one goroutine at a time, except Done, Pid and Stderr,
+// which any goroutine may call.
+package proc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lakestream/lakestream/mount"
+)
+
+// Defaults.
+const (
+	DefaultReadyTimeout = 2 * time.Minute
+	DefaultStopTimeout  = 15 * time.Second
+	tailBytes           = 4 << 10
+)
+
+// ErrNotReady: the child exited, or did not become ready in time.
+var ErrNotReady = errors.New("lakefs-mount did not become ready")
+
+// Config is what to start.
+type Config struct {
+	// Bin is the lakefs-mount binary; "" finds it next to this executable,
+	// then on PATH (FindBin).
+	Bin string
+	// Args are lakefs-mount's arguments, mount point last; if nil, Options'
+	// (Options.Args()).
+	Args    []string
+	Options mount.Options
+	// Env is the child's environment; nil inherits this process's.
+	Env []string
+	// Stderr, if set, also gets the child's stderr (the Proc keeps a tail
+	// for errors either way).
+	Stderr io.Writer
+	// ReadyTimeout bounds the wait for readiness (default
+	// DefaultReadyTimeout); StopTimeout how long Stop waits after SIGTERM
+	// before SIGKILL (default DefaultStopTimeout).
+	ReadyTimeout time.Duration
+	StopTimeout  time.Duration
+}
+
+// Proc is a running lakefs-mount.
+type Proc struct {
+	cmd         *exec.Cmd
+	mountpoint  string
+	stopTimeout time.Duration
+	tail        *tail
+	done        chan struct{} // closed once the child is reaped
+	waitErr     error         // the child's exit; read after done
+	stopOnce    sync.Once
+	stopErr     error
+}
+
+// FindBin returns lakefs-mount next to this executable or on PATH, or "".
+func FindBin() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "lakefs-mount")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("lakefs-mount"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Start starts lakefs-mount and returns once its view is served. If it
+// exits first, does not become ready within ReadyTimeout or ctx ends, the
+// child is stopped and the error (wrapping ErrNotReady, or ctx's error)
+// carries the tail of its stderr.
+func Start(ctx context.Context, c Config) (*Proc, error) {
+	p, ready, err := spawn(c)
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.ReadyTimeout
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case ok := <-ready:
+		if ok {
+			return p, nil
+		}
+		<-p.done // no line: the child closed the pipe by exiting
+		err = fmt.Errorf("%w: it exited (%v)", ErrNotReady, p.waitErr)
+	case <-timer.C:
+		err = fmt.Errorf("%w within %s", ErrNotReady, timeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for lakefs-mount to be ready: %w", ctx.Err())
+	}
+	_ = p.Stop()
+	return nil, fmt.Errorf("%w; stderr: %s", err, p.Stderr())
+}
+
+// spawn starts the child with the write end of a pipe as --ready-fd; ready
+// gets true once a line came, false if the pipe closed without one.
+func spawn(c Config) (*Proc, <-chan bool, error) {
+	bin := c.Bin
+	if bin == "" {
+		if bin = FindBin(); bin == "" {
+			return nil, nil, errors.New("lakefs-mount not found next to this executable or on PATH; build it (make build) or give its path")
+		}
+	}
+	args := c.Args
+	if args == nil {
+		args = c.Options.Args()
+	}
+	if len(args) == 0 {
+		return nil, nil, errors.New("starting lakefs-mount: no arguments; the mount point is the last one")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Close() // the child has its own copy; EOF comes when it exits
+	// ExtraFiles[0] is the child's fd 3.
+	cmd := exec.Command(bin, append([]string{"--ready-fd=3"}, args...)...)
+	cmd.Env = c.Env
+	cmd.ExtraFiles = []*os.File{w}
+	p := &Proc{cmd: cmd, mountpoint: args[len(args)-1], stopTimeout: c.StopTimeout, tail: &tail{}, done: make(chan struct{})}
+	if p.stopTimeout <= 0 {
+		p.stopTimeout = DefaultStopTimeout
+	}
+	cmd.Stderr = p.tail
+	if c.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(p.tail, c.Stderr)
+	}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	ready := make(chan bool, 1)
+	go func() {
+		defer r.Close()
+		_, err := bufio.NewReader(r).ReadString('\n')
+		ready <- err == nil
+	}()
+	return p, ready, nil
+}
+
+// Mountpoint is where the child serves the view (its last argument).
+func (p *Proc) Mountpoint() string { return p.mountpoint }
+
+// Pid is the child's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the child has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Stderr is the last few KiB of the child's stderr.
+func (p *Proc) Stderr() string { return p.tail.String() }
+
+// Stop stops the child: SIGTERM (a clean unmount), SIGKILL after
+// StopTimeout (also for a stopped or hung child), then a lazy unmount of
+// whatever mount it left. It returns the child's exit error when it was
+// killed or exited uncleanly; calling it again returns the same.
+func (p *Proc) Stop() error {
+	p.stopOnce.Do(func() { p.stopErr = p.stop() })
+	return p.stopErr
+}
+
+func (p *Proc) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(p.stopTimeout)
+	defer timer.Stop()
+	killed := false
+	select {
+	case <-p.done:
+	case <-timer.C:
+		// SIGKILL ends a SIGSTOPped process too; the kernel aborts its
+		// FUSE connection as its /dev/fuse descriptor closes.
+		_ = p.cmd.Process.Kill()
+		killed = true
+		<-p.done
+	}
+	if isMounted(p.mountpoint) {
+		_ = syscall.Unmount(p.mountpoint, syscall.MNT_DETACH)
+	}
+	if killed {
+		return fmt.Errorf("lakefs-mount did not stop within %s of SIGTERM; killed it: %w", p.stopTimeout, p.waitErr)
+	}
+	return p.waitErr
+}
+
+// isMounted reports whether something is mounted at path (a mount point is
+// on another device than its parent, or unreachable: a dead FUSE mount).
+func isMounted(path string) bool {
+	var st, parent syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return errors.Is(err, syscall.ENOTCONN)
+	}
+	if err := syscall.Stat(filepath.Dir(path), &parent); err != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// tail keeps the last tailBytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte // GUARDED_BY(mu)
+}
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > tailBytes {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailBytes:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}

@@ -1,0 +1,60 @@
+package txn_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
+)
+
+// TestVerifyNamesRank: a corrupted byte is reported with the rank and the
+// file it belongs to (issue 22). Chunk numbers count from the start of a
+// rank's region, so without the rank, rank 0's chunk 0 and rank 1's chunk
+// 0 read the same.
+func TestVerifyNamesRank(t *testing.T) {
+	ctx := t.Context()
+	s, err := store.Open(ctx, "mem://verify-rank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := bytes.Repeat([]byte("x"), 1000)
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txn.Batch{Name: "b", Cursor: "b",
+		Ranks: [][]txn.FileSource{{txn.BytesFile("a.bin", same)}, {txn.BytesFile("a.bin", same)}}})
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgb, _ := st.Step(0)
+	ranks, _, err := l.Packs(ctx, tgb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := store.ReadAll(ctx, s, tgb.Object.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj[ranks[1].Off+10] ^= 0xff
+	if err := store.PutBytes(ctx, s, tgb.Object.Key, obj); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := txn.Verify(ctx, l, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) == 0 {
+		t.Fatal("verify found nothing wrong with a corrupted byte")
+	}
+	t.Log(rep.Problems)
+	for _, p := range rep.Problems {
+		if !strings.Contains(p.What, "rank 1") || strings.Contains(p.What, "rank 0") || !strings.Contains(p.What, "a.bin") {
+			t.Errorf("problem %q does not name rank 1 and the file a.bin", p.String())
+		}
+	}
+}
