@@ -433,7 +433,7 @@ func (c *chaosCluster) startCluster() {
 	}
 	for _, n := range c.nodes {
 		c.procs.Go(func() { n.mount.run(c.ctx) })
-		mntWaitFor(c.t, 30*time.Second, "mount "+n.name, func() bool {
+		waitFor(c.t, 30*time.Second, "mount "+n.name, func() bool {
 			_, err := os.Stat(filepath.Join(n.mnt, "head"))
 			return err == nil
 		})
@@ -620,7 +620,7 @@ func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
 func (c *chaosCluster) drain() map[string]prdRecord {
 	t := c.t
 	for id, dir := range c.dirs {
-		if !prdWaitFor(3*time.Minute, func() bool {
+		if !within(3*time.Minute, func() bool {
 			left, err := prdSealed(dir)
 			return err == nil && len(left) == 0
 		}) {
@@ -635,7 +635,7 @@ func (c *chaosCluster) drain() map[string]prdRecord {
 	}
 	total := int64(len(want))
 	for _, n := range c.nodes {
-		if !prdWaitFor(3*time.Minute, func() bool { return chaosLastStep(n.out) >= total-1 }) {
+		if !within(3*time.Minute, func() bool { return chaosLastStep(n.out) >= total-1 }) {
 			t.Fatalf("reader %s: read up to step %d of %d in 3 min of quiet\nreader: %s\nmount: %s",
 				n.name, chaosLastStep(n.out), total-1, n.reader.last, n.mount.last)
 		}
@@ -839,9 +839,4 @@ func chaosListData(t testing.TB, srv chaosS3, url string) (objects int, bytes in
 		}
 	}
 	return objects, bytes
-}
-
-func lastLine(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }

@@ -296,10 +296,10 @@ func TestProduceSameIDFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.kill)
-	if !prdWaitFor(time.Minute, func() bool { return a.exited() || noneSealed() }) || a.exited() {
+	if !within(time.Minute, func() bool { return a.exited() || noneSealed() }) || a.exited() {
 		t.Fatalf("producer A did not commit its first batches (exited: %v); stderr:\n%s", a.exited(), a.stderr)
 	}
-	if !prdWaitFor(time.Minute, func() bool { seq, _ := seqEpoch(); return seq == 10 }) {
+	if !within(time.Minute, func() bool { seq, _ := seqEpoch(); return seq == 10 }) {
 		t.Fatal("producer A's batches were removed from staging but not committed")
 	}
 	_, epochA := seqEpoch()
@@ -316,12 +316,12 @@ func TestProduceSameIDFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.kill)
-	if !prdWaitFor(time.Minute, func() bool { _, e := seqEpoch(); return e > epochA || b.exited() }) || b.exited() {
+	if !within(time.Minute, func() bool { _, e := seqEpoch(); return e > epochA || b.exited() }) || b.exited() {
 		t.Fatalf("producer B did not register (exited: %v)", b.exited())
 	}
 	for round := 0; round < 100 && !a.exited(); round++ {
 		write(2)
-		prdWaitFor(300*time.Millisecond, a.exited)
+		within(300*time.Millisecond, a.exited)
 	}
 	if !a.exited() {
 		t.Fatal("producer A was never fenced: it kept running after B registered")
@@ -330,7 +330,7 @@ func TestProduceSameIDFenced(t *testing.T) {
 	if a.code() == 0 || !strings.Contains(a.stderr.String(), "fenced") {
 		t.Errorf("producer A: exit status %d, want non-zero with a line saying it was fenced; stderr:\n%s", a.code(), a.tail())
 	}
-	t.Logf("producer A (epoch %d): exit %d: %s", epochA, a.code(), prdLastLine(a.stderr.String()))
+	t.Logf("producer A (epoch %d): exit %d: %s", epochA, a.code(), lastLine(a.stderr.String()))
 
 	// B stops cleanly on SIGTERM; a producer with A's id and staging
 	// directory commits what A left, and new work.
@@ -358,12 +358,6 @@ func TestProduceSameIDFenced(t *testing.T) {
 	prdMust(t, bin, "verify", "--store", url)
 }
 
-// prdLastLine is the last non-empty line of s.
-func prdLastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
 // TestProduceSlowCommitNotRejected: a batch whose commit is still in flight
 // when run scans its staging tree again is neither rejected nor committed
 // twice. Commits paced at 50ms (--strategy fixed) against a 10ms poll make
@@ -378,7 +372,7 @@ func TestProduceSlowCommitNotRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
-	if !prdWaitFor(time.Minute, func() bool {
+	if !within(time.Minute, func() bool {
 		select {
 		case <-p.stderr.when("producer registered"):
 			return true
@@ -389,7 +383,7 @@ func TestProduceSlowCommitNotRejected(t *testing.T) {
 		t.Fatalf("producer did not start; stderr:\n%s", p.tail())
 	}
 	prdWrite(t, writer, manifest, map[string]string{"p": staging}, 0, 10, "-pause", "15ms")
-	drained := prdWaitFor(time.Minute, func() bool {
+	drained := within(time.Minute, func() bool {
 		left, err := prdSealed(staging)
 		return err == nil && len(left) == 0 || p.exited()
 	})

@@ -598,19 +598,6 @@ func prdTreeSum(t testing.TB, dir string) map[string]string {
 	return out
 }
 
-// prdWaitFor polls cond every 20ms until it holds or d passes; it
-// reports whether it held.
-func prdWaitFor(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
 // prdCheckFenced reads versions 1..head of the log: once an incarnation
 // newer than epoch registered, no TGB of epoch or older may be committed.
 func prdCheckFenced(t testing.TB, l *txn.Log, head, epoch uint64) {
