@@ -183,7 +183,7 @@ func TestMountLifecycle(t *testing.T) {
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, dir := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 100<<10, 1)
 	p.addN(t, 3)
 	mnt := t.TempDir()
@@ -225,7 +225,7 @@ func TestMountLifecycle(t *testing.T) {
 		if _, err := mntReadFile(filepath.Join(mnt, "steps", "2", "rank-1", "sample-00.bin")); err != nil {
 			t.Fatal(err)
 		}
-		mntWaitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
+		waitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
 			b, err := os.ReadFile(filepath.Join(dir, txn.HeartbeatKey("n1")))
 			var hb txn.Heartbeat
 			return err == nil && json.Unmarshal(b, &hb) == nil && hb.Step != nil && *hb.Step == 2 && hb.Head != nil && *hb.Head == 2

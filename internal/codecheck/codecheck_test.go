@@ -22,14 +22,17 @@ var layers = Layers{
 		"store": 0, "txn": 1, "cache": 2, "stage": 2, "fs": 3,
 		"mount": 4, "csi": 4, "cmd": 5,
 	},
-	// csi starts and stops lakefs-mount processes with mount's helpers.
+	// csi parses volume attributes with mount's option table and runs
+	// lakefs-mount through mount/proc.
 	Sideways: map[string]bool{"csi->mount": true},
 	Private: []string{
 		"internal/bench", "internal/benchreport", "internal/scale",
 		"internal/s3test", "internal/codecheck", "store/storetest",
 		"internal/procstat", "txn/txntest",
 	},
-	PrivateAbove: 5, // the commands host the bench subcommands
+	// lakefs-bench hosts the benchmarks; lakefs-produce's
+	// TestProducerLinksNoFUSEOrNATS keeps them out of the producer.
+	PrivateAbove: 5,
 }
 
 func repoRoot(t *testing.T) string {
