@@ -154,7 +154,7 @@ func (o *Options) setDefaults() error {
 		}
 		o.NodeID = id
 	}
-	return nil
+	return checkCheckpointDir(o.CheckpointDir, o.Logger)
 }
 
 // validate checks what can be checked without the stream; a zero value
@@ -182,7 +182,7 @@ func (o *Options) validate() error {
 	case o.NodeID != "":
 		return validateNodeID(o.NodeID)
 	}
-	return checkCheckpointDir(o.CheckpointDir, o.Logger)
+	return nil
 }
 
 func validateNodeID(id string) error {
