@@ -3,46 +3,49 @@ package csi
 import (
 	"slices"
 	"strings"
+
+	"github.com/lakestream/lakestream/mount"
 )
 
 // kubeAttrPrefix marks the attributes the kubelet adds (pod name,
 // namespace, service account, ephemeral): they are not mount options.
 const kubeAttrPrefix = "csi.storage.k8s.io/"
 
-// driverAttrs are lakefs-mount options the driver sets itself.
-var driverAttrs = []string{"node-id", "allow-other", "abort", "debug", "metrics-addr", "pprof"}
+// driverAttrs are lakefs-mount options a volume may not set: the driver
+// sets node-id and allow-other itself; the others are not per-volume
+// (on the node's network two mounts would race for one metrics port).
+var driverAttrs = []string{"node-id", "allow-other", "metrics-addr", "pprof", "debug"}
 
-// volume turns attributes into lakefs-mount options: each attribute is
-// the long flag of the same name, so lakefs-mount validates it with the
-// command line's rules and messages (exit 2 becomes InvalidArgument).
-func (m execMounter) volume(attrs, secrets map[string]string, nodeName string) (volume, error) {
+// volumeOf turns a volume's attributes (lakefs-mount's long flags, parsed
+// by mount.ParseAttributes with the command line's rules and messages)
+// and secret into a shared mount's options.
+func volumeOf(attrs, secrets map[string]string, nodeName string) (volume, error) {
 	env, err := credentialEnv(secrets)
 	if err != nil {
 		return volume{}, err
 	}
-	var names []string
-	for k := range attrs {
-		if !strings.HasPrefix(k, kubeAttrPrefix) {
-			names = append(names, k)
+	opts := map[string]string{}
+	for k, v := range attrs {
+		if strings.HasPrefix(k, kubeAttrPrefix) {
+			continue
 		}
-	}
-	slices.Sort(names)
-	parts := []string{nodeName}
-	var args []string
-	for _, k := range names {
 		if slices.Contains(driverAttrs, k) {
-			return volume{}, invalid("volume attribute %q is set by the driver; remove it", k)
+			return volume{}, invalid("volume attribute %q is set by the driver, not by a volume; remove it", k)
 		}
-		if k == "" || strings.Trim(k, "abcdefghijklmnopqrstuvwxyz-") != "" {
-			return volume{}, invalid("volume attribute %q is not a lakefs-mount option; see lakefs-mount --help for the names", k)
-		}
-		args = append(args, "--"+k+"="+attrs[k])
-		parts = append(parts, k, attrs[k])
+		opts[k] = v
 	}
-	if _, ok := attrs["store"]; !ok {
+	if opts["store"] == "" {
 		return volume{}, invalid("volume attribute \"store\" is missing; set it to the stream URL (file:///dir or s3://bucket/prefix?endpoint=...)")
 	}
-	key := shareKey(append(parts, env...)...)
-	args = append(args, "--allow-other", "--node-id="+mountNodeID(nodeName, key))
-	return volume{Key: key, Args: args, Env: env}, nil
+	o, err := mount.ParseAttributes(opts)
+	if err != nil {
+		return volume{}, invalid("volume attributes: %v", err)
+	}
+	// One process per view as gc and back-pressure see it, per node, per
+	// credentials; options outside the share key (cache size, prefetch,
+	// wait...) come from the volume that started it.
+	key := shareKey(append([]string{o.ShareKey(), nodeName}, env...)...)
+	o.NodeID = mountNodeID(nodeName, key)
+	o.AllowOther = true
+	return volume{Key: key, Options: o, Env: env}, nil
 }

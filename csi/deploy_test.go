@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lakestream/lakestream/mount"
 )
 
 // deployDir is the repository's deploy/kubernetes.
@@ -74,7 +76,7 @@ func TestManifestsRendered(t *testing.T) {
 // and the examples use the driver's name, real lakefs-mount options as
 // attributes and only the secret keys the driver takes.
 func TestManifestsMatchDriver(t *testing.T) {
-	mountBin, produceBin, csiBin := bins(t)
+	_, produceBin, csiBin := bins(t)
 	docs := yamlDocs(t, filepath.Join(deployDir(t), "manifests", "lakestream-csi.yaml"))
 	drv := findKind(t, docs, "CSIDriver")
 	if get(drv, "metadata", "name") != DriverName || get(drv, "spec", "attachRequired") != false {
@@ -107,12 +109,12 @@ func TestManifestsMatchDriver(t *testing.T) {
 			t.Errorf("plugin-dir is mounted at %v, want %s (the socket's directory)", get(m, "mountPath"), filepath.Dir(sock))
 		}
 	}
-	checkExamples(t, mountBin, produceBin)
+	checkExamples(t, produceBin)
 }
 
 // checkExamples checks every CSI volume and secret of the examples.
-func checkExamples(t *testing.T, mountBin, produceBin string) {
-	mountHelp := helpOf(t, mountBin)
+func checkExamples(t *testing.T, produceBin string) {
+	options := volumeOptions()
 	files, _ := filepath.Glob(filepath.Join(deployDir(t), "examples", "*.yaml"))
 	if len(files) < 4 {
 		t.Fatalf("%d examples, want at least 4 (inline, static PV, non-root, producer)", len(files))
@@ -127,7 +129,7 @@ func checkExamples(t *testing.T, mountBin, produceBin string) {
 				}
 				attrs, _ := get(v, "volumeAttributes").(map[string]any)
 				for k := range attrs {
-					if slices.Contains(driverAttrs, k) || !strings.Contains(mountHelp, "--"+k+" ") {
+					if slices.Contains(driverAttrs, k) || !slices.Contains(options, k) {
 						t.Errorf("%s: volume attribute %q is not a lakefs-mount option a volume may set", f, k)
 					}
 				}
@@ -292,17 +294,10 @@ func csiVolumes(d any) []any {
 }
 
 // TestDocsAttributes: the volume attribute table of docs/KUBERNETES.md
-// lists exactly lakefs-mount's options a volume may set, and the text
-// names each option the driver sets or refuses.
+// lists exactly the options of lakefs-mount's option table a volume may
+// set, and the text names each option the driver sets or refuses.
 func TestDocsAttributes(t *testing.T) {
-	mountBin, _, _ := bins(t)
-	var flags []string
-	for _, line := range strings.Split(helpOf(t, mountBin), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && strings.HasPrefix(f[0], "--") && f[0] != "--help," {
-			flags = append(flags, strings.TrimPrefix(f[0], "--"))
-		}
-	}
+	flags := volumeOptions()
 	doc, err := os.ReadFile(filepath.Join(deployDir(t), "..", "..", "docs", "KUBERNETES.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -331,4 +326,16 @@ func TestDocsAttributes(t *testing.T) {
 			t.Errorf("docs/KUBERNETES.md: the table lists %q, which is not a volume option of lakefs-mount", r)
 		}
 	}
+}
+
+// volumeOptions are the names of lakefs-mount's options that are volume
+// attributes (the option table's, hidden ones aside).
+func volumeOptions() []string {
+	var names []string
+	for _, op := range mount.OptionTable() {
+		if !op.Hidden {
+			names = append(names, op.Name)
+		}
+	}
+	return names
 }

@@ -4,10 +4,12 @@
 //
 // # Shape
 //
-// Volumes with the same options and the same credentials share one
-// lakefs-mount per node (one cache, one poller, one heartbeat), mounted
-// at <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
-// of it. The lakefs-mount processes run in their own process group (and,
+// Volumes with the same view (mount.Options.ShareKey: what gc and
+// back-pressure see) and the same credentials share one lakefs-mount per
+// node (one cache, one poller, one heartbeat), mounted at
+// <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
+// of it. The process is started, awaited (--ready-fd) and, while this
+// driver instance runs, stopped through mount/proc. The lakefs-mount processes run in their own process group (and,
 // with --mount-cgroup, their own cgroup), so restarting or upgrading the
 // driver does not take pods' mounts down: a new driver reads the registry
 // persisted at <state-dir>/registry.json, adopts the mounts whose process
@@ -51,6 +53,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/mount/proc"
 )
 
 // DriverName is the CSI driver's name: the CSIDriver object, the
@@ -77,7 +80,8 @@ type Options struct {
 	// the host (a hostPath) with mount propagation, so that mounts made
 	// under it reach the kubelet's pod directories and outlive the driver.
 	StateDir string
-	// MountBinary is the lakefs-mount executable.
+	// MountBinary is the lakefs-mount executable; "" finds it next to
+	// this executable, then on PATH.
 	MountBinary string
 	// MountCgroup, if set, is a cgroup v2 directory (e.g.
 	// /sys/fs/cgroup/lakestream) under which each lakefs-mount gets a
@@ -97,7 +101,9 @@ func (o *Options) check() error {
 		return flagval.Usagef("--state-dir %q must be an absolute directory", o.StateDir)
 	}
 	if o.MountBinary == "" {
-		return flagval.Usagef("no --mount-binary; pass the path of lakefs-mount")
+		if o.MountBinary = proc.FindBin(); o.MountBinary == "" {
+			return flagval.Usagef("lakefs-mount is neither next to lakefs-csi nor on PATH; pass --mount-binary PATH")
+		}
 	}
 	if _, err := socketPath(o.Endpoint); err != nil {
 		return err
@@ -122,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	d, err := newDriver(ctx, o, execMounter{binary: o.MountBinary, cgroup: o.MountCgroup})
+	d, err := newDriver(ctx, o, newExecMounter(o.MountBinary, o.MountCgroup))
 	if err != nil {
 		return err
 	}

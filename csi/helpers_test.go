@@ -243,7 +243,7 @@ func cleanupTargets(t *testing.T, stateDir string, targets ...string) {
 			return
 		}
 		for _, m := range reg.all() {
-			_ = execMounter{}.stop(context.Background(), m.Proc, m.Dir)
+			_ = newExecMounter("", "").stop(context.Background(), m.Proc, m.Dir)
 		}
 	})
 }

@@ -7,35 +7,35 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/mount/proc"
 )
 
 // volume is what a shared mount runs: derived from a volume's attributes
 // and secret.
 type volume struct {
-	// Key names the shared mount: a hash of every option that changes
-	// what the mount shows or reports, the node, and the credentials.
+	// Key names the shared mount: a hash of the options' share key (what
+	// gc and back-pressure see of the mount), the node and the credentials.
 	Key string
-	// Args are lakefs-mount's options, without the mount point.
-	Args []string
+	// Options are lakefs-mount's, without the mount point.
+	Options mount.Options
 	// Env holds the credentials (NAME=value); only the process gets it.
 	Env []string
 }
 
 // mounter starts and stops the lakefs-mount processes behind shared mounts.
 type mounter interface {
-	// volume validates a volume's attributes and secret.
-	volume(attrs, secrets map[string]string, nodeName string) (volume, error)
 	// start runs lakefs-mount for v at dir and returns once it serves.
 	start(ctx context.Context, v volume, dir, logPath string) (procID, error)
-	// stop ends p, which serves dir, and waits for it to exit.
+	// stop ends p, which serves dir, waits for it to exit and unmounts dir.
 	stop(ctx context.Context, p procID, dir string) error
 }
 
@@ -86,75 +86,59 @@ func mountNodeID(nodeName, key string) string {
 	return nodeName + "-" + key[:12]
 }
 
-// execMounter runs lakefs-mount processes.
+// execMounter runs lakefs-mount processes through mount/proc.
 type execMounter struct {
 	binary string
 	cgroup string // cgroup v2 parent directory, or ""
+
+	mu sync.Mutex
+	// children are the processes this driver instance started, by pid;
+	// adopted ones (started by an earlier instance) are stopped through
+	// a pidfd instead.
+	// GUARDED_BY(mu)
+	children map[int]*proc.Proc
 }
 
-// stopTimeout bounds a graceful stop before SIGKILL.
+func newExecMounter(binary, cgroup string) *execMounter {
+	return &execMounter{binary: binary, cgroup: cgroup, children: map[int]*proc.Proc{}}
+}
+
+// stopTimeout bounds a graceful stop of an adopted process before SIGKILL.
 const stopTimeout = 30 * time.Second
 
 // start runs lakefs-mount in its own process group (and cgroup), with its
 // output appended to logPath: a pipe to the driver would break, and with
 // it the mount, when the driver restarts.
-func (m execMounter) start(ctx context.Context, v volume, dir, logPath string) (procID, error) {
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+func (m *execMounter) start(ctx context.Context, v volume, dir, logPath string) (procID, error) {
+	logf, err := os.OpenFile(logPath, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return procID{}, fmt.Errorf("opening the mount's log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.binary, append(slices.Clone(v.Args), dir)...)
-	cmd.Env = childEnv(v.Env)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c := proc.Config{Bin: m.binary, Options: v.Options, Env: childEnv(v.Env), Output: logf}
+	c.Options.Mountpoint = dir
 	if m.cgroup != "" {
 		cg, err := openCgroup(m.cgroup, v.Key)
 		if err != nil {
 			return procID{}, err
 		}
 		defer cg.Close()
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+		c.CgroupFD = int(cg.Fd())
 	}
-	if err := cmd.Start(); err != nil {
-		return procID{}, fmt.Errorf("starting %s: %w", m.binary, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // reaps it whenever it exits
-	start, _ := startTime(cmd.Process.Pid)
-	p := procID{PID: cmd.Process.Pid, Start: start}
-	if err := waitServing(ctx, dir, exited); err != nil {
-		_ = m.stop(context.WithoutCancel(ctx), p, dir)
-		line := lastLine(logPath)
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 2 {
-			// lakefs-mount's usage error: a bad attribute, named by its flag.
-			return procID{}, invalid("bad volume attribute: %s", line)
+	p, err := proc.Start(ctx, c)
+	if err != nil {
+		// proc quotes the log's whole tail (earlier runs of this key
+		// included); the kubelet's event needs the last line only.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
 		}
-		return procID{}, fmt.Errorf("%w; its log: %s", err, line)
+		return procID{}, fmt.Errorf("%w; its log (%s) ends: %s", err, logPath, lastLine(logPath))
 	}
-	return p, nil
-}
-
-// waitServing returns once dir is a live mount, or the process exited.
-func waitServing(ctx context.Context, dir string, exited <-chan error) error {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if s, err := stateOf(dir); err == nil && s == mountedLive {
-			return nil
-		}
-		select {
-		case err := <-exited:
-			if err == nil {
-				err = errors.New("exit status 0")
-			}
-			return fmt.Errorf("lakefs-mount exited before serving: %w", err)
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for lakefs-mount to serve: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
+	start, _ := startTime(p.Pid())
+	m.mu.Lock()
+	m.children[p.Pid()] = p
+	m.mu.Unlock()
+	return procID{PID: p.Pid(), Start: start}, nil
 }
 
 // childEnv is the driver's environment with env's variables replacing
@@ -181,10 +165,17 @@ func openCgroup(parent, key string) (*os.File, error) {
 	return f, nil
 }
 
-// stop sends SIGTERM (lakefs-mount unmounts and exits), waits, then
-// SIGKILLs; either way dir ends up unmounted.
-func (m execMounter) stop(ctx context.Context, p procID, dir string) error {
-	if p.alive() {
+// stop stops p: through mount/proc if this instance started it (SIGTERM,
+// SIGKILL after a bound, lazy unmount), else through a pidfd; either way
+// dir ends up unmounted.
+func (m *execMounter) stop(ctx context.Context, p procID, dir string) error {
+	m.mu.Lock()
+	child := m.children[p.PID]
+	delete(m.children, p.PID)
+	m.mu.Unlock()
+	if child != nil {
+		_ = child.Stop() // its exit status: killed or not, it is gone
+	} else if p.alive() {
 		if err := signalAndWait(ctx, p, unix.SIGTERM, stopTimeout); err != nil {
 			if err := signalAndWait(ctx, p, unix.SIGKILL, stopTimeout); err != nil {
 				return fmt.Errorf("stopping lakefs-mount (pid %d): %w", p.PID, err)

@@ -33,7 +33,7 @@ func (d *driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	if err != nil {
 		return nil, err
 	}
-	v, err := d.mounter.volume(req.GetVolumeContext(), req.GetSecrets(), d.nodeID)
+	v, err := volumeOf(req.GetVolumeContext(), req.GetSecrets(), d.nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +116,6 @@ func (d *driver) serving(ctx context.Context, v volume) (sharedMount, error) {
 		if !ok { // nothing else uses the directory or the log
 			_ = os.Remove(m.Dir)
 			_ = os.Remove(d.logPath(v.Key))
-		}
-		if st, ok := status.FromError(err); ok {
-			return sharedMount{}, st.Err()
 		}
 		return sharedMount{}, status.Errorf(codes.Internal, "starting the shared mount: %v", err)
 	}

@@ -1,10 +1,12 @@
 package csi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -244,6 +246,11 @@ func TestPublishErrors(t *testing.T) {
 			t.Errorf("the error shows the secret's value: %s", st.Message())
 		}
 	}
+	// A store lakefs-mount cannot open: the error quotes its log's last line.
+	_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", "file:///nonexistent/stream"), nil))
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "/nonexistent/stream") {
+		t.Errorf("publish of a missing stream: %v, want Internal quoting lakefs-mount's error", err)
+	}
 	if s, _ := stateOf(target); s != notMounted {
 		t.Errorf("target is mounted after failed publishes")
 	}
@@ -341,4 +348,40 @@ func parallel(t *testing.T, targets []string, f func(string) error) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNonRootReads: a process of another, unprivileged user (a non-root
+// pod) reads a committed file through its target: the shared mount is
+// allow_other and the view world-readable.
+func TestNonRootReads(t *testing.T) {
+	requireFUSE(t)
+	url := "file://" + t.TempDir()
+	step, files := newStream(t, url)
+	d := startDriver(t, t.TempDir())
+	pods := t.TempDir()
+	// The test's temporary directories are 0700: let uid 1000 walk to the target.
+	for _, dir := range []string{filepath.Dir(pods), pods} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := filepath.Join(pods, "pod", "mount")
+	cleanupTargets(t, d.stateDir, target)
+	if _, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", url), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("cat", filepath.Join(target, "steps", step, "rank-1", "c.bin"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("uid 1000 reading through %s: %v", target, err)
+	}
+	if !bytes.Equal(out, files["rank-1/c.bin"]) {
+		t.Fatalf("uid 1000 read %d bytes that differ from the %d written", len(out), len(files["rank-1/c.bin"]))
+	}
+	unpublish(t, d, "vol", target)
+	assertAllStopped(t, d.stateDir)
 }

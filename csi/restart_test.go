@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lakestream/lakestream/mount/proc"
 )
 
 // TestRestartAdopts: a driver stopped and started again on the same state
@@ -72,17 +74,14 @@ func leaveOrphanMount(t *testing.T, stateDir, url string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(mountBin, "--store", url, "--node-id", "orphan", dir)
-	exited := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(t.Context(), proc.Config{Bin: mountBin, Args: []string{"--store", url, "--node-id", "orphan", dir}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { exited <- cmd.Wait() }()
-	if err := waitServing(t.Context(), dir, exited); err != nil {
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Process.Kill()
-	<-exited
+	<-p.Done()
 	t.Cleanup(func() { _ = unmountAll(dir) })
 	return dir
 }
@@ -104,7 +103,7 @@ func TestDriverKilled(t *testing.T) {
 	node, kill := startDriverProcess(t, stateDir)
 	for tg, attrs := range map[string]map[string]string{
 		ta: withAttrs(nil, "store", url),
-		tb: withAttrs(nil, "store", url, "prefetch-steps", "1"), // another shared mount
+		tb: withAttrs(nil, "store", url, "ranks", "0"), // another view: another shared mount
 	} {
 		if _, err := node.NodePublishVolume(t.Context(), publishReq("vol-"+filepath.Base(tg), tg, attrs, nil)); err != nil {
 			t.Fatal(err)

@@ -433,7 +433,7 @@ func (c *chaosCluster) startCluster() {
 	}
 	for _, n := range c.nodes {
 		c.procs.Go(func() { n.mount.run(c.ctx) })
-		mntWaitFor(c.t, 30*time.Second, "mount "+n.name, func() bool {
+		waitFor(c.t, 30*time.Second, "mount "+n.name, func() bool {
 			_, err := os.Stat(filepath.Join(n.mnt, "head"))
 			return err == nil
 		})
@@ -501,12 +501,12 @@ func (c *chaosCluster) startTraining() *chaosTraining {
 			if done > last {
 				// The store may be down: a failed checkpoint or gc is retried
 				// on the next round, as a training script would.
-				if _, _, code := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
+				if _, _, code, _ := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
 					last = done
 					tr.ckpts++
 				}
 			}
-			if _, _, code := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
+			if _, _, code, _ := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
 				tr.gcRuns++
 			}
 		}
@@ -620,7 +620,7 @@ func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
 func (c *chaosCluster) drain() map[string]prdRecord {
 	t := c.t
 	for id, dir := range c.dirs {
-		if !prdWaitFor(3*time.Minute, func() bool {
+		if !within(3*time.Minute, func() bool {
 			left, err := prdSealed(dir)
 			return err == nil && len(left) == 0
 		}) {
@@ -635,7 +635,7 @@ func (c *chaosCluster) drain() map[string]prdRecord {
 	}
 	total := int64(len(want))
 	for _, n := range c.nodes {
-		if !prdWaitFor(3*time.Minute, func() bool { return chaosLastStep(n.out) >= total-1 }) {
+		if !within(3*time.Minute, func() bool { return chaosLastStep(n.out) >= total-1 }) {
 			t.Fatalf("reader %s: read up to step %d of %d in 3 min of quiet\nreader: %s\nmount: %s",
 				n.name, chaosLastStep(n.out), total-1, n.reader.last, n.mount.last)
 		}
@@ -795,22 +795,6 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	}
 }
 
-// prdExecCtx runs bin to completion under ctx (bounded by prdCmdTimeout);
-// it never fails the test: the caller judges the exit status.
-func prdExecCtx(ctx context.Context, bin string, args ...string) (stdout, stderr string, code int) {
-	ctx, cancel := context.WithTimeout(ctx, prdCmdTimeout)
-	defer cancel()
-	cmd, out, errb := prdCommand(ctx, bin, args...)
-	if err := cmd.Run(); err != nil {
-		code = -1
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		}
-	}
-	return out.String(), errb.String(), code
-}
-
 // chaosFillDisk fills the staging tmpfs for d: the writer must wait for
 // space (it retries on ENOSPC) and nothing may be lost or half-sealed.
 func chaosFillDisk(t testing.TB, dir string, d time.Duration) {
@@ -855,9 +839,4 @@ func chaosListData(t testing.TB, srv chaosS3, url string) (objects int, bytes in
 		}
 	}
 	return objects, bytes
-}
-
-func lastLine(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }

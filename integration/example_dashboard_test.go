@@ -3,9 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,7 +41,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		}
 	}
 	prdMust(t, produce, "init", "--store", url, "--ranks", "2")
-	pa, ma := exFreeAddr(t), exFreeAddr(t)
+	pa, ma := freeAddr(t), freeAddr(t)
 	p, err := prdStart(produce, url, staging, "dash-0", "--metrics-addr", pa)
 	if err != nil {
 		t.Fatal(err)
@@ -71,32 +68,19 @@ func TestDashboardMetricsExist(t *testing.T) {
 	t.Logf("%d metric references in %d panels, all served", n, len(dash.Panels))
 }
 
-func exFreeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // exMetricNames is the set of metric names addr/metrics serves, one per
 // line between newlines.
 func exMetricNames(t testing.TB, addr string) string {
 	t.Helper()
-	var body []byte
-	mntWaitFor(t, 30*time.Second, "metrics at "+addr, func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(resp.Body)
-		return err == nil && resp.StatusCode == 200
+	var body string
+	waitFor(t, 30*time.Second, "metrics at "+addr, func() bool {
+		var err error
+		body, err = fetchMetrics(addr)
+		return err == nil
 	})
 	var sb strings.Builder
 	sb.WriteString("\n")
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}

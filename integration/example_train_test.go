@@ -141,7 +141,7 @@ func TestExampleTraining(t *testing.T) {
 	t.Cleanup(func() { p.kill() })
 	mount := exStart(t, mountBin, "--store", url, "--wait", "2m", "--cache-size", "32MiB", "--checkpoint-dir", ckpt, mnt)
 	t.Cleanup(func() { exStopMount(mount, mnt) })
-	mntWaitFor(t, 30*time.Second, "the mount", func() bool { _, err := os.Stat(filepath.Join(mnt, "head")); return err == nil })
+	waitFor(t, 30*time.Second, "the mount", func() bool { _, err := os.Stat(filepath.Join(mnt, "head")); return err == nil })
 
 	trainArgs := []string{filepath.Join(ex, "train.py"), "--mount", mnt, "--ranks", fmt.Sprint(exRanks),
 		"--steps", fmt.Sprint(exSteps), "--per-rank", fmt.Sprint(exPerRank), "--ckpt-dir", ckpt, "--ckpt-every", "4",
@@ -157,7 +157,7 @@ func TestExampleTraining(t *testing.T) {
 		return out
 	}
 	// kill -9 the producer once training is under way, restart it.
-	mntWaitFor(t, 2*time.Minute, "training to reach step 2", func() bool { return len(rank0(job)) >= 3 })
+	waitFor(t, 2*time.Minute, "training to reach step 2", func() bool { return len(rank0(job)) >= 3 })
 	p.kill()
 	t.Logf("killed the producer (-9) at training step %d", len(rank0(job))-1)
 	time.Sleep(time.Second)
@@ -166,7 +166,7 @@ func TestExampleTraining(t *testing.T) {
 	}
 	// kill -9 the training job once it has checkpointed step count 8.
 	tracker := filepath.Join(ckpt, "latest_checkpointed_iteration.txt")
-	mntWaitFor(t, 2*time.Minute, "checkpoint 8", func() bool {
+	waitFor(t, 2*time.Minute, "checkpoint 8", func() bool {
 		b, _ := os.ReadFile(tracker)
 		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && n >= 8
@@ -231,7 +231,7 @@ func TestExampleTraining(t *testing.T) {
 		t.Logf("loss: first 4 steps %.3f -> last 4 steps %.3f", hi, lo)
 	}
 	<-writer.done
-	mntWaitFor(t, time.Minute, "gc to reclaim behind checkpoint 8", func() bool {
+	waitFor(t, time.Minute, "gc to reclaim behind checkpoint 8", func() bool {
 		st := prdGetStatus(t, produce, url)
 		return st.Live.From != nil && *st.Live.From >= 8
 	})
@@ -248,7 +248,7 @@ func TestExampleColocatedWorkerKill(t *testing.T) {
 		"--steps", "200", "--per-rank", fmt.Sprint(exPerRank), "--pid-dir", pids, "--step-sleep", "0.1",
 		"--port", fmt.Sprint(30000+os.Getpid()%1000))
 	var worker int
-	mntWaitFor(t, 2*time.Minute, "a DataLoader worker", func() bool {
+	waitFor(t, 2*time.Minute, "a DataLoader worker", func() bool {
 		ents, _ := os.ReadDir(pids)
 		for _, e := range ents {
 			if _, err := fmt.Sscanf(e.Name(), "worker-0-%d", &worker); err == nil {
@@ -257,7 +257,7 @@ func TestExampleColocatedWorkerKill(t *testing.T) {
 		}
 		return false
 	})
-	mntWaitFor(t, 2*time.Minute, "training to start", func() bool { return len(job.records(t)) >= 3 })
+	waitFor(t, 2*time.Minute, "training to start", func() bool { return len(job.records(t)) >= 3 })
 	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func exHalfResume(t *testing.T, mountBin, url, ckpt, dir string, trainArgs []str
 	}
 	m := exStart(t, mountBin, "--store", url, "--wait", "2m", "--cache-size", "32MiB", "--view-ranks", "2", "--node-id", "half", mnt2)
 	defer exStopMount(m, mnt2)
-	mntWaitFor(t, 30*time.Second, "the half-rank mount", func() bool { _, err := os.Stat(filepath.Join(mnt2, "head")); return err == nil })
+	waitFor(t, 30*time.Second, "the half-rank mount", func() bool { _, err := os.Stat(filepath.Join(mnt2, "head")); return err == nil })
 	args := slices.Clone(trainArgs)
 	for i := range args {
 		switch {

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"github.com/lakestream/lakestream/mount"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
+	"github.com/lakestream/lakestream/txn/txntest"
 )
 
 // Lifecycle tests: checkpoint-aligned reclamation end to end (guarantee 4
@@ -37,6 +37,11 @@ const (
 
 // lcName is the batch name of the i-th TGB a test produces.
 func lcName(i int64) string { return fmt.Sprintf("b%06d", i) }
+
+// lcBatches is the batches of steps 0..n-1.
+func lcBatches(n int) []txn.Batch {
+	return txntest.Batches(n, func(i int) txn.Batch { return lcBatch(lcName(int64(i))) })
+}
 
 // lcBatch is one TGB: per rank one file, sample.bin, whose content names
 // the batch and rank (see mntContent).
@@ -86,7 +91,7 @@ func lcReadStep(mnt string, step int64, batch string) (lcSums, error) {
 func lcMount(t testing.TB, o mount.Options) (string, func()) {
 	t.Helper()
 	if o.Logger == nil {
-		o.Logger = lcLogger(t)
+		o.Logger = testLogger(t, slog.LevelWarn)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = 10 * time.Millisecond
@@ -96,37 +101,6 @@ func lcMount(t testing.TB, o mount.Options) (string, func()) {
 	}
 	mnt, _, stop := mntRun(t, o)
 	return mnt, stop
-}
-
-// lcLogger logs warnings and errors through t.Log: a thousand commits'
-// info lines would drown the output.
-func lcLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(mntTWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// lcNewStream creates a stream on a fresh bucket of srv.
-func lcNewStream(t testing.TB, srv *s3test.Server, snapshotEvery uint64) (string, *txn.Log) {
-	t.Helper()
-	url := srv.NewBucketURL(t)
-	s, err := store.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := txn.Create(t.Context(), s, txn.CreateOptions{Ranks: lcRanks, ChunkSize: 64 << 10, SnapshotEvery: snapshotEvery, RetainCheckpoints: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return url, l
-}
-
-func lcOpenProducer(t testing.TB, l *txn.Log, id string) *txn.Producer {
-	t.Helper()
-	p, err := txn.OpenProducer(t.Context(), l, txn.ProducerOptions{ID: id, Logger: lcLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close(context.Background()) })
-	return p
 }
 
 // lcObjects lists the objects under prefix.
@@ -155,7 +129,7 @@ func lcGC(t testing.TB, l *txn.Log, now func() time.Time) *txn.GCReport {
 	// Forced: these tests are about what the checkpoints allow; a mount's
 	// heartbeat lags its reads by up to an interval and would hold gc back
 	// (that hold is tested in txn.TestGCHeldByLiveConsumer).
-	rep, err := txn.GC(t.Context(), l, txn.GCOptions{Grace: 0, Now: now, Logger: lcLogger(t), Force: true})
+	rep, err := txn.GC(t.Context(), l, txn.GCOptions{Grace: 0, Now: now, Logger: testLogger(t, slog.LevelWarn), Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +138,7 @@ func lcGC(t testing.TB, l *txn.Log, now func() time.Time) *txn.GCReport {
 
 func lcCheckpoint(t testing.TB, l *txn.Log, step int64) {
 	t.Helper()
-	if _, err := txn.RecordCheckpoint(t.Context(), l, step, lcLogger(t)); err != nil {
+	if _, err := txn.RecordCheckpoint(t.Context(), l, step, testLogger(t, slog.LevelWarn)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -197,13 +171,14 @@ func TestLifecycleBoundedStorage(t *testing.T) {
 	)
 	ctx := t.Context()
 	srv := s3test.Start(t)
-	url, l := lcNewStream(t, srv, snapEvery)
+	url := srv.NewBucketURL(t)
+	l := newStream(t, url, txn.CreateOptions{Ranks: lcRanks, ChunkSize: 64 << 10, SnapshotEvery: snapEvery, RetainCheckpoints: 2})
 	var mnts []string
 	for _, node := range []string{"n1", "n2"} {
 		mnt, _ := lcMount(t, mount.Options{Store: url, NodeID: node})
 		mnts = append(mnts, mnt)
 	}
-	p := lcOpenProducer(t, l, "p1")
+	p := txntest.Open(t, l, txn.ProducerOptions{ID: "p1", Logger: testLogger(t, slog.LevelWarn)})
 
 	csvFile, err := os.CreateTemp("", "lakestream-lifecycle-*.csv")
 	if err != nil {
@@ -215,12 +190,8 @@ func TestLifecycleBoundedStorage(t *testing.T) {
 	var logGCs int
 	for step := int64(0); step < steps; step++ {
 		name := lcName(step)
-		pd, err := p.Append(ctx, lcBatch(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := pd.Wait(ctx); err != nil || got != step {
-			t.Fatalf("batch %s committed as step %d (%v), want %d", name, got, err, step)
+		if got := txntest.Commit(t, p, lcBatch(name))[0]; got != step {
+			t.Fatalf("batch %s committed as step %d, want %d", name, got, step)
 		}
 		var g errgroup.Group
 		for _, mnt := range mnts {
@@ -289,20 +260,12 @@ func TestLifecycleBoundedStorage(t *testing.T) {
 func TestLifecycleRestartFromCheckpoint(t *testing.T) {
 	mntRequireFUSE(t)
 	const steps, crash = 800, 730
-	ctx := t.Context()
 	srv := s3test.Start(t)
-	url, l := lcNewStream(t, srv, 50)
-	p := lcOpenProducer(t, l, "p1")
-	var last *txn.Pending
-	for i := range int64(steps) {
-		pd, err := p.Append(ctx, lcBatch(lcName(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = pd
-	}
-	if got, err := last.Wait(ctx); err != nil || got != steps-1 {
-		t.Fatalf("last batch committed as step %d (%v)", got, err)
+	url := srv.NewBucketURL(t)
+	l := newStream(t, url, txn.CreateOptions{Ranks: lcRanks, ChunkSize: 64 << 10, SnapshotEvery: 50, RetainCheckpoints: 2})
+	p := txntest.Open(t, l, txn.ProducerOptions{ID: "p1", Logger: testLogger(t, slog.LevelWarn)})
+	if got := txntest.Pipeline(t, p, lcBatches(steps)...); got != steps-1 {
+		t.Fatalf("last batch committed as step %d", got)
 	}
 
 	mnt1, stop1 := lcMount(t, mount.Options{Store: url, NodeID: "trainer-1"})
@@ -367,24 +330,15 @@ func TestLifecycleGCDryRun(t *testing.T) {
 		t.Fatalf("building lakefs-produce: %v\n%s", err, out)
 	}
 	srv := s3test.Start(t)
-	url, l := lcNewStream(t, srv, 10)
-	p := lcOpenProducer(t, l, "p1")
-	var last *txn.Pending
-	for i := range int64(60) {
-		pd, err := p.Append(ctx, lcBatch(lcName(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = pd
-	}
-	if _, err := last.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	url := srv.NewBucketURL(t)
+	l := newStream(t, url, txn.CreateOptions{Ranks: lcRanks, ChunkSize: 64 << 10, SnapshotEvery: 10, RetainCheckpoints: 2})
+	p := txntest.Open(t, l, txn.ProducerOptions{ID: "p1", Logger: testLogger(t, slog.LevelWarn)})
+	txntest.Pipeline(t, p, lcBatches(60)...)
 	// Steps 0-20 reclaimed and pending deletion; with a checkpoint at 59,
 	// 21-40 are reclaimable; and an orphan.
 	lcCheckpoint(t, l, 20)
 	lcCheckpoint(t, l, 40)
-	if _, err := txn.GC(ctx, l, txn.GCOptions{Grace: time.Hour, Logger: lcLogger(t)}); err != nil {
+	if _, err := txn.GC(ctx, l, txn.GCOptions{Grace: time.Hour, Logger: testLogger(t, slog.LevelWarn)}); err != nil {
 		t.Fatal(err)
 	}
 	lcCheckpoint(t, l, 59)

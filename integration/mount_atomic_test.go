@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // TestMountAtomicUnderLoad: while two producers commit, readers on two
@@ -38,7 +39,7 @@ func TestMountAtomicUnderLoad(t *testing.T) {
 
 func mntTestAtomicUnderLoad(t *testing.T, url string) {
 	const ranks, perProducer = 4, 30
-	l := mntNewStream(t, url, ranks, 16<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: ranks, ChunkSize: 16 << 10, SnapshotEvery: 10})
 	producers := map[string]*mntProducer{
 		"p1": mntNewProducer(t, l, "p1", 40<<10, 1),
 		"p2": mntNewProducer(t, l, "p2", 40<<10, 2),
@@ -91,7 +92,7 @@ func mntTestAtomicUnderLoad(t *testing.T, url string) {
 	}
 	perr := prod.Wait()
 	// Let the readers see the last steps, then stop them.
-	mntWaitFor(t, 10*time.Second, "both mounts to show every step", func() bool {
+	waitFor(t, 10*time.Second, "both mounts to show every step", func() bool {
 		for _, mnt := range mnts {
 			b, _ := os.ReadFile(filepath.Join(mnt, "head"))
 			if string(b) != strconv.Itoa(2*perProducer-1)+"\n" {

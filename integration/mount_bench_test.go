@@ -6,12 +6,10 @@ package integration
 //	go test -run XXX -bench BenchmarkMount -benchtime 1x -v -timeout 30m ./integration/
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,8 +51,8 @@ func (r *mntPatternReader) Read(p []byte) (int, error) {
 func mntBenchStream(t testing.TB, url string, steps int, stepBytes int64) *txn.Log {
 	t.Helper()
 	start := time.Now()
-	l := mntNewStream(t, url, 2, txn.DefaultChunkSize)
-	p, err := txn.OpenProducer(context.Background(), l, txn.ProducerOptions{ID: "bench", Logger: mntTestLogger(t)})
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: txn.DefaultChunkSize, SnapshotEvery: 10})
+	p, err := txn.OpenProducer(context.Background(), l, txn.ProducerOptions{ID: "bench", Logger: testLogger(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,35 +135,6 @@ func mntDirectRead(t testing.TB, l *txn.Log, ranged bool) (int64, time.Duration)
 	return total, time.Since(start)
 }
 
-func mntFreePort(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// mntScrape reads the mount's metrics.
-func mntScrape(t testing.TB, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			m[f[0]] = v
-		}
-	}
-	return m
-}
-
 // mntMountRun is one measured pass through a lakefs-mount process.
 type mntMountRun struct {
 	bytes     int64
@@ -182,7 +151,7 @@ type mntMountRun struct {
 func mntReadThroughMount(t testing.TB, bin, url string, steps int, gap time.Duration, flags ...string) mntMountRun {
 	t.Helper()
 	mnt := t.TempDir()
-	addr := mntFreePort(t)
+	addr := freeAddr(t)
 	args := append([]string{"--store", url, "--ranks", "0", "--metrics-addr", addr, "--node-id", "bench"}, flags...)
 	pr := mntStartMount(t, bin, append(args, mnt)...)
 	mntWaitMounted(t, pr, mnt)
@@ -219,7 +188,7 @@ func mntReadThroughMount(t testing.TB, bin, url string, steps int, gap time.Dura
 		}
 	}
 	run.elapsed = time.Since(start)
-	m := mntScrape(t, addr)
+	m := scrapeValues(t, addr)
 	run.fetched, run.served = m["lakefs_mount_bytes_fetched_total"], m["lakefs_mount_bytes_served_total"]
 	run.peakRSS = mntProcStatus(t, pr.cmd.Process.Pid, "VmHWM")
 	pr.cmd.Process.Signal(os.Interrupt)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // TestMountCheckpointDir: checkpoints that trainers write into
@@ -17,7 +18,7 @@ import (
 func TestMountCheckpointDir(t *testing.T) {
 	mntRequireFUSE(t)
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 1, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 1, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 4<<10, 1)
 	p.addN(t, 10)
 	ckpt := t.TempDir()
@@ -41,7 +42,7 @@ func TestMountCheckpointDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ckpt, "latest_checkpointed_iteration.txt"), []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mntWaitFor(t, 10*time.Second, "checkpoint 4", func() bool { return slices.Equal(checkpoints(), []int64{4}) })
+	waitFor(t, 10*time.Second, "checkpoint 4", func() bool { return slices.Equal(checkpoints(), []int64{4}) })
 	// A Hugging Face checkpoint still being written is not recorded; once
 	// trainer_state.json is there it is.
 	hf := filepath.Join(ckpt, "checkpoint-8")
@@ -55,5 +56,5 @@ func TestMountCheckpointDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(hf, "trainer_state.json"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mntWaitFor(t, 10*time.Second, "checkpoint 7", func() bool { return slices.Equal(checkpoints(), []int64{4, 7}) })
+	waitFor(t, 10*time.Second, "checkpoint 7", func() bool { return slices.Equal(checkpoints(), []int64{4, 7}) })
 }

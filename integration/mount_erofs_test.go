@@ -22,11 +22,11 @@ import (
 func TestMountReadOnly(t *testing.T) {
 	mntRequireFUSE(t)
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 10<<10, 1)
 	p.addN(t, 2)
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url})
-	mntWaitFor(t, 5*time.Second, "step 1", func() bool { _, err := os.Stat(filepath.Join(mnt, "steps", "1")); return err == nil })
+	waitFor(t, 5*time.Second, "step 1", func() bool { _, err := os.Stat(filepath.Join(mnt, "steps", "1")); return err == nil })
 
 	step := filepath.Join(mnt, "steps", "0")
 	file := filepath.Join(step, "rank-0", "sample-00.bin")
@@ -99,7 +99,7 @@ func (p *mntProducer) specsOf(step int64) map[int]map[string]int {
 func TestMountCorruptPack(t *testing.T) {
 	mntRequireFUSE(t)
 	url, dir := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 300<<10, 1)
 	p.addN(t, 1)
 	st, err := l.Load(context.Background())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // Mount failures: a hung lakefs-mount (SIGSTOP) and a killed one, with
@@ -87,7 +88,7 @@ func TestMountAbortHung(t *testing.T) {
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
-	mntNewProducer(t, mntNewStream(t, url, 2, 0), "p", 4096, 1).addN(t, 3)
+	mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 0, SnapshotEvery: 10}), "p", 4096, 1).addN(t, 3)
 	mnt := t.TempDir()
 	m := mntStartMount(t, bin, "--store", url, "--wait", "10m", mnt)
 	mntWaitMounted(t, m, mnt)
@@ -111,7 +112,7 @@ func TestMountAbortKilled(t *testing.T) {
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
-	mntNewProducer(t, mntNewStream(t, url, 2, 0), "p", 4096, 1).addN(t, 3)
+	mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 0, SnapshotEvery: 10}), "p", 4096, 1).addN(t, 3)
 	mnt := t.TempDir()
 	m := mntStartMount(t, bin, "--store", url, "--wait", "10m", mnt)
 	mntWaitMounted(t, m, mnt)
@@ -139,10 +140,10 @@ func TestMountStoreOutage(t *testing.T) {
 	bin := mntBuildMount(t)
 	srv := s3test.Start(t)
 	url := srv.NewBucketURL(t)
-	prod := mntNewProducer(t, mntNewStream(t, url, 2, 64<<10), "p", 300<<10, 3)
+	prod := mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10}), "p", 300<<10, 3)
 	prod.addN(t, 10)
 	mnt := t.TempDir()
-	port := mntFreePort(t)
+	port := freeAddr(t)
 	const prefetch = 2
 	m := mntStartMount(t, bin, "--store", url, "--wait", "2m", "--prefetch-steps", strconv.Itoa(prefetch),
 		"--metrics-addr", port, "--cache-size", "256MiB", mnt)
@@ -181,8 +182,8 @@ func TestMountStoreOutage(t *testing.T) {
 	for s := int64(0); s <= prefetch; s++ {
 		want += float64(rank0(s))
 	}
-	mntWaitFor(t, time.Minute, "the prefetch of steps 1..P", func() bool {
-		return mntScrape(t, port)["lakefs_mount_bytes_fetched_total"] >= want
+	waitFor(t, time.Minute, "the prefetch of steps 1..P", func() bool {
+		return scrapeValues(t, port)["lakefs_mount_bytes_fetched_total"] >= want
 	})
 
 	srv.Stop(syscall.SIGKILL)

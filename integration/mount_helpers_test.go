@@ -14,13 +14,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/lakestream/lakestream/mount"
-	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -45,38 +43,10 @@ func mntRequireFUSE(t testing.TB) {
 	t.Skip(why)
 }
 
-// mntTestLogger writes slog output through t.Log, only shown on failure or -v.
-func mntTestLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(mntTWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type mntTWriter struct{ t testing.TB }
-
-func (w mntTWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // mntFileURL is a fresh file:// store in a temp dir.
 func mntFileURL(t testing.TB) (string, string) {
 	dir := t.TempDir()
 	return "file://" + dir, dir
-}
-
-// mntNewStream creates a stream with small chunks, so that small test files
-// span several blocks.
-func mntNewStream(t testing.TB, url string, ranks int, chunk int64) *txn.Log {
-	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: ranks, ChunkSize: chunk, SnapshotEvery: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // Test data: every file starts with a header naming what it is, followed
@@ -189,7 +159,7 @@ type mntProducer struct {
 
 func mntNewProducer(t testing.TB, l *txn.Log, id string, maxSize int, seed uint64) *mntProducer {
 	t.Helper()
-	p, err := txn.OpenProducer(context.Background(), l, txn.ProducerOptions{ID: id, Logger: mntTestLogger(t)})
+	p, err := txn.OpenProducer(context.Background(), l, txn.ProducerOptions{ID: id, Logger: testLogger(t, slog.LevelInfo)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +244,7 @@ func mntRun(t testing.TB, o mount.Options) (string, mount.Info, func()) {
 		o.Mountpoint = t.TempDir()
 	}
 	if o.Logger == nil {
-		o.Logger = mntTestLogger(t)
+		o.Logger = testLogger(t, slog.LevelInfo)
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
@@ -316,18 +286,6 @@ func mntBuildMount(t testing.TB) string {
 		t.Fatalf("building lakefs-mount: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// mntWaitFor polls cond until it holds or d passes.
-func mntWaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // mntReadFile reads a file through the mount with plain os calls.

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 // mntMountProc is a lakefs-mount process.
 type mntMountProc struct {
 	cmd    *exec.Cmd
+	ready  chan struct{}  // closed when it wrote its --ready-fd line
 	stderr *mntSyncBuffer // its stdout and stderr
 	done   chan struct{}  // closed when it exited, err set
 	err    error
@@ -44,14 +46,30 @@ func (s *mntSyncBuffer) String() string {
 
 func mntStartMount(t testing.TB, bin string, args ...string) *mntMountProc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	// Readiness comes from --ready-fd (the child's fd 3), as mount/proc
+	// waits for it: the head file says nothing for an empty stream.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"--ready-fd=3"}, args...)...)
+	cmd.ExtraFiles = []*os.File{w}
 	stderr := &mntSyncBuffer{}
 	cmd.Stderr = stderr
 	cmd.Stdout = stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
-	p := &mntMountProc{cmd: cmd, stderr: stderr, done: make(chan struct{})}
+	p := &mntMountProc{cmd: cmd, stderr: stderr, done: make(chan struct{}), ready: make(chan struct{})}
+	go func() {
+		defer r.Close()
+		if line, _ := bufio.NewReader(r).ReadString('\n'); line != "" {
+			close(p.ready)
+		}
+	}()
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -129,23 +147,16 @@ func (p *mntMountProc) wait(t testing.TB, d time.Duration) int {
 	return -1
 }
 
-// mntWaitMounted waits until mnt serves the view.
+// mntWaitMounted waits until the mount at mnt serves the view (its
+// --ready-fd line).
 func mntWaitMounted(t testing.TB, p *mntMountProc, mnt string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(mnt, "head")); err == nil {
-			return
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("lakefs-mount exited (%v):\n%s", p.err, p.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount not ready in 20s:\n%s", p.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-p.ready:
+	case <-p.done:
+		t.Fatalf("lakefs-mount on %s exited (%v):\n%s", mnt, p.err, p.stderr)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("mount on %s not ready in 20s:\n%s", mnt, p.stderr)
 	}
 }
 
@@ -172,7 +183,7 @@ func TestMountLifecycle(t *testing.T) {
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, dir := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 100<<10, 1)
 	p.addN(t, 3)
 	mnt := t.TempDir()
@@ -214,7 +225,7 @@ func TestMountLifecycle(t *testing.T) {
 		if _, err := mntReadFile(filepath.Join(mnt, "steps", "2", "rank-1", "sample-00.bin")); err != nil {
 			t.Fatal(err)
 		}
-		mntWaitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
+		waitFor(t, 5*time.Second, "heartbeat with step 2", func() bool {
 			b, err := os.ReadFile(filepath.Join(dir, txn.HeartbeatKey("n1")))
 			var hb txn.Heartbeat
 			return err == nil && json.Unmarshal(b, &hb) == nil && hb.Step != nil && *hb.Step == 2 && hb.Head != nil && *hb.Head == 2

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,14 +19,14 @@ import (
 // itself turns fast polling on, and off again once nobody waits.
 func TestMountPollsOnDemand(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 8<<10, 1)
 	p.addN(t, 2)
 	mnt, info := mntMountInProcess(t, mount.Options{
 		Store: url, MetricsAddr: "127.0.0.1:0",
 		PollInterval: 20 * time.Millisecond, IdlePollInterval: time.Hour, Wait: 30 * time.Second,
 	})
-	polls := func() float64 { return mntScrape(t, info.MetricsAddr)["lakefs_mount_log_polls_total"] }
+	polls := func() float64 { return scrapeValues(t, info.MetricsAddr)["lakefs_mount_log_polls_total"] }
 
 	// Idle: 50 fast intervals pass without a poll.
 	time.Sleep(time.Second)
@@ -40,7 +41,7 @@ func TestMountPollsOnDemand(t *testing.T) {
 		_, err := os.ReadDir(filepath.Join(mnt, "steps", "2", "rank-0"))
 		got <- err
 	}()
-	mntWaitFor(t, 10*time.Second, "the reader to wait and polling to start", func() bool { return polls() >= 2 })
+	waitFor(t, 10*time.Second, "the reader to wait and polling to start", func() bool { return polls() >= 2 })
 	p.addN(t, 1)
 	select {
 	case err := <-got:
@@ -65,14 +66,14 @@ func TestMountPollsOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = polls()
-	mntWaitFor(t, 10*time.Second, "fast polling after a read at the head", func() bool { return polls() >= before+5 })
+	waitFor(t, 10*time.Second, "fast polling after a read at the head", func() bool { return polls() >= before+5 })
 }
 
 // TestMountEmptyStreamDates: a stream with no version at all shows an
 // empty head and steps/ dated from the stream's creation, not year 1.
 func TestMountEmptyStreamDates(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url})
 	for _, name := range []string{"head", "steps", "."} {
 		fi, err := os.Stat(filepath.Join(mnt, name))
@@ -90,7 +91,7 @@ func TestMountEmptyStreamDates(t *testing.T) {
 // period), while the step leaves the view for new lookups.
 func TestMountOpenFileOutlivesReclaim(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 300<<10, 9)
 	p.addN(t, 4)
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 0, IdlePollInterval: 50 * time.Millisecond})
@@ -102,15 +103,15 @@ func TestMountOpenFileOutlivesReclaim(t *testing.T) {
 	defer f.Close()
 	ctx := t.Context()
 	for _, s := range []int64{1, 2} {
-		if _, err := txn.RecordCheckpoint(ctx, l, s, mntTestLogger(t)); err != nil {
+		if _, err := txn.RecordCheckpoint(ctx, l, s, testLogger(t, slog.LevelInfo)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: 10 * time.Minute, Force: true, Logger: mntTestLogger(t)})
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: 10 * time.Minute, Force: true, Logger: testLogger(t, slog.LevelInfo)})
 	if err != nil || rep.ReclaimedBelow != 2 {
 		t.Fatalf("gc: %+v, %v; want steps below 2 reclaimed", rep, err)
 	}
-	mntWaitFor(t, 10*time.Second, "step 0 to leave the view", func() bool {
+	waitFor(t, 10*time.Second, "step 0 to leave the view", func() bool {
 		_, err := os.Stat(filepath.Join(mnt, "steps", "0"))
 		return os.IsNotExist(err)
 	})
@@ -130,7 +131,7 @@ func TestMountOpenFileOutlivesReclaim(t *testing.T) {
 // used to count as "read nothing" and hold them back forever).
 func TestMountWaitingAtHeadIsAtHead(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 8<<10, 4)
 	p.addN(t, 3)
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, Wait: 30 * time.Second, HeartbeatInterval: 50 * time.Millisecond})
@@ -139,7 +140,7 @@ func TestMountWaitingAtHeadIsAtHead(t *testing.T) {
 		_, err := os.ReadDir(filepath.Join(mnt, "steps", "3"))
 		got <- err
 	}()
-	mntWaitFor(t, 10*time.Second, "the waiting node's heartbeat at step 2", func() bool {
+	waitFor(t, 10*time.Second, "the waiting node's heartbeat at step 2", func() bool {
 		cons, err := txn.Consumers(t.Context(), l.Store)
 		return err == nil && len(cons) == 1 && cons[0].Step != nil && *cons[0].Step == 2
 	})

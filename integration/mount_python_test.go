@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // mntPython is Debian's interpreter, which sees python3-torch; the python3
@@ -108,7 +109,7 @@ func TestMountPythonReader(t *testing.T) {
 	mntRequirePython(t, "hashlib", "os")
 	const steps, rank = 200, 1
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 16<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 16 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 24<<10, 7)
 	mnt, info := mntMountInProcess(t, mount.Options{Store: url, Wait: time.Minute, PrefetchSteps: 2, PollInterval: 10 * time.Millisecond})
 
@@ -237,11 +238,11 @@ func TestMountPyTorch(t *testing.T) {
 	mntRequirePython(t, "torch", "numpy")
 	const steps, rank = 20, 0
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 300<<10, 3)
 	p.addN(t, steps)
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 2})
-	mntWaitFor(t, 5*time.Second, "all steps", func() bool {
+	waitFor(t, 5*time.Second, "all steps", func() bool {
 		_, err := os.Stat(filepath.Join(mnt, "steps", strconv.Itoa(steps-1)))
 		return err == nil
 	})

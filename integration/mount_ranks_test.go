@@ -22,7 +22,7 @@ import (
 // heartbeat says which view the node reads.
 func TestMountViewRanks(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 4, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 4, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 100<<10, 3)
 	p.addN(t, 3)
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, ViewRanks: 2, Wait: 20 * time.Second, HeartbeatInterval: 100 * time.Millisecond})
@@ -91,7 +91,7 @@ func TestMountViewRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mntWaitFor(t, 10*time.Second, "a heartbeat showing the view", func() bool {
+	waitFor(t, 10*time.Second, "a heartbeat showing the view", func() bool {
 		b, err := store.ReadAll(context.Background(), s, txn.ConsumerDir+"test-node.json")
 		var hb txn.Heartbeat
 		return err == nil && json.Unmarshal(b, &hb) == nil && hb.ViewRanks == 2
@@ -111,7 +111,7 @@ func TestMountViewRanks(t *testing.T) {
 // prefetcher, which follows the opened rank, made most reads hits.
 func TestMountFetchesOnlyOpenedRanks(t *testing.T) {
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 4, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 4, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 400<<10, 5)
 	p.addN(t, 12)
 	mnt, info := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 2})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // TestMountStoreDeleted: the store directory deleted under a live mount is
@@ -22,7 +23,7 @@ import (
 func TestMountStoreDeleted(t *testing.T) {
 	mntRequireFUSE(t)
 	url, dir := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	mntNewProducer(t, l, "p1", 200, 1).addN(t, 2)
 	_, info := mntMountInProcess(t, mount.Options{Store: url, MetricsAddr: "127.0.0.1:0", HeartbeatInterval: 20 * time.Millisecond})
 	get := func(path string) (int, string) {
@@ -51,10 +52,10 @@ func TestMountStoreDeleted(t *testing.T) {
 	// The heartbeat may be writing while the directory goes: remove until
 	// it is gone.
 	removeAll := func() {
-		mntWaitFor(t, 10*time.Second, "the store directory removed", func() bool { return os.RemoveAll(dir) == nil })
+		waitFor(t, 10*time.Second, "the store directory removed", func() bool { return os.RemoveAll(dir) == nil })
 	}
 	removeAll()
-	mntWaitFor(t, 30*time.Second, "/health to report the stream gone", func() bool {
+	waitFor(t, 30*time.Second, "/health to report the stream gone", func() bool {
 		code, body := get("/health")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "_stream.json is gone")
 	})
@@ -63,7 +64,7 @@ func TestMountStoreDeleted(t *testing.T) {
 	// such a write left, then let two more heartbeats run.
 	removeAll()
 	f := failures()
-	mntWaitFor(t, 30*time.Second, "two more heartbeats", func() bool { return failures() >= f+2 })
+	waitFor(t, 30*time.Second, "two more heartbeats", func() bool { return failures() >= f+2 })
 	if _, err := os.Stat(filepath.Join(dir, "_consumers")); !os.IsNotExist(err) {
 		t.Fatalf("the heartbeat recreated the deleted store's _consumers/ (stat: %v)", err)
 	}

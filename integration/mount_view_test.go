@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,13 +24,13 @@ import (
 func TestMountView(t *testing.T) {
 	mntRequireFUSE(t)
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 3, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 3, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 200<<10, 1)
 
 	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, Wait: 3 * time.Second})
 	viewCheckEmptyHead(t, mnt, l)
 	steps := p.addN(t, 12)
-	mntWaitFor(t, 5*time.Second, "head to show step 11", func() bool {
+	waitFor(t, 5*time.Second, "head to show step 11", func() bool {
 		b, _ := os.ReadFile(filepath.Join(mnt, "head"))
 		return string(b) == "11\n"
 	})
@@ -223,17 +224,17 @@ func viewReclaim(t *testing.T, mnt string, l *txn.Log) {
 	}
 	if _, err := l.Commit(context.Background(), st, func(*txn.State) (*txn.Version, error) {
 		return &txn.Version{Reclaim: &txn.Reclaim{Below: 5}}, nil
-	}, mntTestLogger(t)); err != nil {
+	}, testLogger(t, slog.LevelInfo)); err != nil {
 		t.Fatal(err)
 	}
-	mntWaitFor(t, 5*time.Second, "reclaimed steps to leave the listing", func() bool {
+	waitFor(t, 5*time.Second, "reclaimed steps to leave the listing", func() bool {
 		raw := mntReaddirNames(t, filepath.Join(mnt, "steps"))
 		return len(raw) > 0 && raw[0] == "5"
 	})
 	// The kernel cached these dentries for an hour: only the
 	// notification can remove them this soon.
 	for s := range 5 {
-		mntWaitFor(t, 3*time.Second, "reclaimed step "+strconv.Itoa(s)+" to give ENOENT", func() bool {
+		waitFor(t, 3*time.Second, "reclaimed step "+strconv.Itoa(s)+" to give ENOENT", func() bool {
 			_, err := os.Stat(filepath.Join(mnt, "steps", strconv.Itoa(s), "rank-0"))
 			return mntIsErrno(err, syscall.ENOENT)
 		})

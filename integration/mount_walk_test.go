@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // TestMountWalkComplete: a directory walk over the mount sees every
@@ -22,7 +23,7 @@ import (
 func TestMountWalkComplete(t *testing.T) {
 	mntRequireFUSE(t)
 	url, _ := mntFileURL(t)
-	l := mntNewStream(t, url, 2, 64<<10)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 200, 1)
 	const steps = 320
 	var waits []func() (int64, error)
@@ -98,4 +99,3 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "; ")
 }
-

@@ -192,12 +192,7 @@ func TestProduceUnsealedUntouched(t *testing.T) {
 	bin, writer := prdBins(t)
 	url, _ := mntFileURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	_, staging, manifest := prdStaging(t)
 	// b000002 (between sealed ones) and b000005 (the newest) stay unsealed.
 	prdWrite(t, writer, manifest, map[string]string{"p": staging}, 0, 6, "-unsealed", "2,5")
 	b2, b5 := filepath.Join(staging, "b000002"), filepath.Join(staging, "b000005")
@@ -274,12 +269,7 @@ func TestProduceSameIDFenced(t *testing.T) {
 	srv := s3test.Start(t)
 	url := srv.NewBucketURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	root, staging, manifest := prdStaging(t)
 	dirs := map[string]string{"dup": staging}
 	s, l := prdOpen(t, url)
 	seqEpoch := func() (uint64, uint64) {
@@ -306,10 +296,10 @@ func TestProduceSameIDFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.kill)
-	if !prdWaitFor(time.Minute, func() bool { return a.exited() || noneSealed() }) || a.exited() {
+	if !within(time.Minute, func() bool { return a.exited() || noneSealed() }) || a.exited() {
 		t.Fatalf("producer A did not commit its first batches (exited: %v); stderr:\n%s", a.exited(), a.stderr)
 	}
-	if !prdWaitFor(time.Minute, func() bool { seq, _ := seqEpoch(); return seq == 10 }) {
+	if !within(time.Minute, func() bool { seq, _ := seqEpoch(); return seq == 10 }) {
 		t.Fatal("producer A's batches were removed from staging but not committed")
 	}
 	_, epochA := seqEpoch()
@@ -326,12 +316,12 @@ func TestProduceSameIDFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.kill)
-	if !prdWaitFor(time.Minute, func() bool { _, e := seqEpoch(); return e > epochA || b.exited() }) || b.exited() {
+	if !within(time.Minute, func() bool { _, e := seqEpoch(); return e > epochA || b.exited() }) || b.exited() {
 		t.Fatalf("producer B did not register (exited: %v)", b.exited())
 	}
 	for round := 0; round < 100 && !a.exited(); round++ {
 		write(2)
-		prdWaitFor(300*time.Millisecond, a.exited)
+		within(300*time.Millisecond, a.exited)
 	}
 	if !a.exited() {
 		t.Fatal("producer A was never fenced: it kept running after B registered")
@@ -340,7 +330,7 @@ func TestProduceSameIDFenced(t *testing.T) {
 	if a.code() == 0 || !strings.Contains(a.stderr.String(), "fenced") {
 		t.Errorf("producer A: exit status %d, want non-zero with a line saying it was fenced; stderr:\n%s", a.code(), a.tail())
 	}
-	t.Logf("producer A (epoch %d): exit %d: %s", epochA, a.code(), prdLastLine(a.stderr.String()))
+	t.Logf("producer A (epoch %d): exit %d: %s", epochA, a.code(), lastLine(a.stderr.String()))
 
 	// B stops cleanly on SIGTERM; a producer with A's id and staging
 	// directory commits what A left, and new work.
@@ -368,12 +358,6 @@ func TestProduceSameIDFenced(t *testing.T) {
 	prdMust(t, bin, "verify", "--store", url)
 }
 
-// prdLastLine is the last non-empty line of s.
-func prdLastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
 // TestProduceSlowCommitNotRejected: a batch whose commit is still in flight
 // when run scans its staging tree again is neither rejected nor committed
 // twice. Commits paced at 50ms (--strategy fixed) against a 10ms poll make
@@ -382,18 +366,13 @@ func TestProduceSlowCommitNotRejected(t *testing.T) {
 	bin, writer := prdBins(t)
 	url, _ := mntFileURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
-	root := t.TempDir()
-	staging := filepath.Join(root, "staging")
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(root, "manifest.jsonl")
+	_, staging, manifest := prdStaging(t)
 	p, err := prdStart(bin, url, staging, "p", "--poll", "10ms", "--strategy", "fixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
-	if !prdWaitFor(time.Minute, func() bool {
+	if !within(time.Minute, func() bool {
 		select {
 		case <-p.stderr.when("producer registered"):
 			return true
@@ -404,7 +383,7 @@ func TestProduceSlowCommitNotRejected(t *testing.T) {
 		t.Fatalf("producer did not start; stderr:\n%s", p.tail())
 	}
 	prdWrite(t, writer, manifest, map[string]string{"p": staging}, 0, 10, "-pause", "15ms")
-	drained := prdWaitFor(time.Minute, func() bool {
+	drained := within(time.Minute, func() bool {
 		left, err := prdSealed(staging)
 		return err == nil && len(left) == 0 || p.exited()
 	})

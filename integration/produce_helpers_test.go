@@ -146,26 +146,47 @@ func (o *prdOutput) String() string {
 	return o.buf.String()
 }
 
+// prdStaging makes a staging directory in a fresh temp dir (root) and
+// names the writer's manifest beside it.
+func prdStaging(t testing.TB) (root, staging, manifest string) {
+	t.Helper()
+	root = t.TempDir()
+	staging = filepath.Join(root, "staging")
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root, staging, filepath.Join(root, "manifest.jsonl")
+}
+
 // prdExec runs bin to completion (bounded by prdCmdTimeout) and returns
 // its output and exit status.
 func prdExec(t testing.TB, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), prdCmdTimeout)
+	stdout, stderr, code, err := prdExecCtx(t.Context(), bin, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stderr)
+	}
+	return stdout, stderr, code
+}
+
+// prdExecCtx runs bin to completion under ctx, bounded by prdCmdTimeout,
+// and returns its exit status; err is a failure to run it or to finish in
+// time (code -1). It never fails the test, so goroutines may call it.
+func prdExecCtx(ctx context.Context, bin string, args ...string) (stdout, stderr string, code int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, prdCmdTimeout)
 	defer cancel()
 	cmd, out, errb := prdCommand(ctx, bin, args...)
-	err := cmd.Run()
+	runErr := cmd.Run()
 	var ee *exec.ExitError
 	switch {
-	case err == nil:
-	case errors.As(err, &ee):
+	case ctx.Err() != nil:
+		code, err = -1, fmt.Errorf("did not finish in %s: %w", prdCmdTimeout, ctx.Err())
+	case errors.As(runErr, &ee):
 		code = ee.ExitCode()
-	default:
-		t.Fatalf("%s %s: %v", filepath.Base(bin), strings.Join(args, " "), err)
+	case runErr != nil:
+		code, err = -1, runErr
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("%s %s did not finish in %s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), prdCmdTimeout, errb)
-	}
-	return out.String(), errb.String(), code
+	return out.String(), errb.String(), code, err
 }
 
 // prdMust runs bin and fails the test unless it exits 0.
@@ -575,19 +596,6 @@ func prdTreeSum(t testing.TB, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// prdWaitFor polls cond every 20ms until it holds or d passes; it
-// reports whether it held.
-func prdWaitFor(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
 }
 
 // prdCheckFenced reads versions 1..head of the log: once an incarnation

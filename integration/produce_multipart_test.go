@@ -115,7 +115,7 @@ func TestProduceSIGTERMAbortsMultipart(t *testing.T) {
 		// spreads the moments, nothing is asserted about time.
 		time.Sleep(time.Duration(200+150*i) * time.Millisecond)
 		var inFlight bool
-		prdWaitFor(prdCmdTimeout, func() bool {
+		within(prdCmdTimeout, func() bool {
 			ups, err := prdUploads(t.Context(), client, bucket, "stream/")
 			inFlight = len(ups) > 0
 			return err != nil || inFlight || p.exited()

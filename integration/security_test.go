@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // Distinctive credentials: any of these strings in an output, a log line,
@@ -75,13 +75,13 @@ func TestSecurityNoCredentialLeak(t *testing.T) {
 	prdWrite(t, writer, filepath.Join(root, "m.jsonl"), map[string]string{"p0": staging}, 0, 5)
 
 	// A producer serving metrics on a bare port, scraped while it waits.
-	port := mntFreePort(t)
+	port := freeAddr(t)
 	_, p, _ := strings.Cut(port, ":")
 	pr, err := prdStart(bin, url, staging, "p0", "--metrics-addr", ":"+p, "--verbose")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !prdWaitFor(time.Minute, func() bool { left, err := prdSealed(staging); return err == nil && len(left) == 0 }) {
+	if !within(time.Minute, func() bool { left, err := prdSealed(staging); return err == nil && len(left) == 0 }) {
 		pr.kill()
 		t.Fatalf("producer did not commit 5 batches in a minute:\n%s", pr.tail())
 	}
@@ -95,7 +95,7 @@ func TestSecurityNoCredentialLeak(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mport := mntFreePort(t)
+	mport := freeAddr(t)
 	_, mp, _ := strings.Cut(mport, ":")
 	m := mntStartMount(t, mountBin, "--store", url, "--debug", "--metrics-addr", ":"+mp, "--node-id", "sec-node",
 		"--heartbeat-interval", "200ms", mnt)
@@ -196,21 +196,15 @@ func TestSecurityNoCredentialLeak(t *testing.T) {
 	t.Logf("grepped %d outputs, logs, metrics pages and objects (%d heartbeats)", len(outputs), heartbeats)
 }
 
+// secScrape is addr's metrics page, which must hold lakefs_ metrics: a
+// grep of an empty page for credentials would prove nothing.
 func secScrape(t testing.TB, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "lakefs_") {
+	page := scrape(t, addr)
+	if !strings.Contains(page, "lakefs_") {
 		t.Errorf("%s/metrics has no lakefs_ metric", addr)
 	}
-	return string(b)
+	return page
 }
 
 // secCheckLoopbackOnly: a listener given only a port answers on 127.0.0.1
@@ -249,7 +243,7 @@ func TestSecurityAllowOther(t *testing.T) {
 	}
 	mountBin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
-	p := mntNewProducer(t, mntNewStream(t, url, 2, 0), "p", 4096, 1)
+	p := mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 0, SnapshotEvery: 10}), "p", 4096, 1)
 	p.addN(t, 2)
 	// nobody must be able to reach the mount point itself.
 	dir, err := os.MkdirTemp("", "lakestream-allow-other-")

@@ -8,8 +8,19 @@
 // The tailer goroutine owns the *txn.State (Load once, then Refresh every
 // poll interval) and is the only publisher of fs snapshots; everything
 // else reads the published immutable snapshot. Counters shared between
-// goroutines are atomics; there are no locks in this package beyond
-// those of the packages it uses.
+// goroutines are atomics.
+//
+// # Locks
+//
+// The package's one lock is packLoader.mu (packs.go), a leaf: no other
+// lock is taken and no I/O is done while it is held.
+//
+// # Phases of Run
+//
+// setDefaults, prepareMountpoint, openStream (open, check the options
+// against the stream, load the first state), newMounted (cache, view,
+// prefetcher, FUSE root), serveMetrics, mountView, serve (tail, heartbeat,
+// checkpoints; Ready; wait; unmount; a last heartbeat).
 package mount
 
 import (
@@ -111,7 +122,7 @@ const (
 	MaxReadAhead = 1 << 30
 	// MinCacheSize is the least any stream can use (MinBlocks blocks of
 	// the smallest chunk); the stream's own chunk size may need more.
-	MinCacheSize = cache.MinBlocks * 4096
+	MinCacheSize = cache.MinBlocks * txn.MinChunkSize
 )
 
 func (o *Options) setDefaults() error {
@@ -199,16 +210,43 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		return err
 	}
-	log := o.Logger
-	if err := prepareMountpoint(o.Mountpoint, log); err != nil {
+	if err := prepareMountpoint(o.Mountpoint, o.Logger); err != nil {
 		return err
 	}
+	st, l, state, err := openStream(ctx, o)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	m, err := newMounted(runCtx, o, st, l, state)
+	if err != nil {
+		return err
+	}
+	defer m.cache.Close()
+	metricsAddr, closeMetrics, err := m.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
+	server, served, err := m.mountView()
+	if err != nil {
+		return err
+	}
+	m.serve(ctx, runCtx, stop, server, served, metricsAddr)
+	return nil
+}
+
+// openStream opens the store and the stream, checks the options that
+// depend on the stream (view ranks, ranks, cache size, a free node id) and
+// loads the first state.
+func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.State, error) {
 	st, err := store.Open(ctx, o.Store)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
-			return flagval.Usage(err)
+			return nil, nil, nil, flagval.Usage(err)
 		}
-		return err
+		return nil, nil, nil, err
 	}
 	if o.StoreLatency > 0 {
 		f := store.NewFaulty(st, 1)
@@ -217,32 +255,38 @@ func Run(ctx context.Context, o Options) error {
 	}
 	l, err := txn.Open(ctx, st)
 	if err != nil {
-		return fmt.Errorf("opening the stream at %s: %w", store.Redact(o.Store), err)
+		return nil, nil, nil, fmt.Errorf("opening the stream at %s: %w", store.Redact(o.Store), err)
 	}
 	shown := l.Config.Ranks
 	if o.ViewRanks != 0 {
 		if o.ViewRanks < 0 || o.ViewRanks > l.Config.Ranks || l.Config.Ranks%o.ViewRanks != 0 {
-			return flagval.Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
+			return nil, nil, nil, flagval.Usagef("--view-ranks %d must divide the stream's %d ranks (e.g. %d)", o.ViewRanks, l.Config.Ranks, max(1, l.Config.Ranks/2))
 		}
 		shown = o.ViewRanks
 	}
 	if err := checkNodeIDFree(ctx, st, o.NodeID, time.Now()); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	for _, r := range o.Ranks {
 		if r < 0 || r >= shown {
-			return flagval.Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
+			return nil, nil, nil, flagval.Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
 	if err := cache.CheckSize(o.CacheSize, l.Config.ChunkSize); err != nil {
-		return flagval.Usagef("--cache-size %s: %w", flagval.FormatSize(o.CacheSize), err)
+		return nil, nil, nil, flagval.Usagef("--cache-size %s: %w", flagval.FormatSize(o.CacheSize), err)
 	}
 	state, err := l.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("loading the stream state: %w", err)
+		return nil, nil, nil, fmt.Errorf("loading the stream state: %w", err)
 	}
+	return st, l, state, nil
+}
 
-	m := &mounted{opts: o, log: log, store: st, txlog: l, state: state}
+// newMounted builds the mount's parts over the loaded state: the block
+// cache, the published view, the pack loader, the prefetcher (living as
+// long as runCtx) and the FUSE root. The caller closes m.cache.
+func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, state *txn.State) (*mounted, error) {
+	m := &mounted{opts: o, log: o.Logger, store: st, txlog: l, state: state}
 	m.highest.Store(-1)
 	m.metrics = newMetrics()
 	c, err := cache.New(cache.Options{
@@ -250,24 +294,20 @@ func Run(ctx context.Context, o Options) error {
 		ChunkSize:  l.Config.ChunkSize,
 		Size:       o.CacheSize,
 		Fetchers:   o.Fetchers,
-		Logger:     log,
+		Logger:     o.Logger,
 		ObserveGet: m.metrics.observeGet,
 	})
 	if err != nil {
-		return flagval.Usage(err)
+		return nil, flagval.Usage(err)
 	}
-	defer c.Close()
 	m.cache = c
-
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	m.view = fs.NewView(fs.NewSnapshot(state))
 	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
 		Depth:     o.PrefetchSteps,
 		Committed: m.committed,
 		Pack:      m.pack,
-		Logger:    log,
+		Logger:    o.Logger,
 	})
 	m.root = fs.New(fs.Options{
 		View:        m.view,
@@ -281,40 +321,60 @@ func Run(ctx context.Context, o Options) error {
 		Served:      m.served,
 		Awaited:     m.awaited,
 		BlockSize:   uint32(min(l.Config.ChunkSize, fs.MaxRead)),
-		Logger:      log,
+		Logger:      o.Logger,
 	})
 	m.metrics.register(m)
+	return m, nil
+}
 
-	var metricsAddr string
-	if o.MetricsAddr != "" {
-		ln, err := listen.TCP(o.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
-		}
-		metricsAddr = ln.Addr().String()
-		defer m.metrics.serve(ln, o.Profiling, m.health, log).Close()
+// serveMetrics serves /metrics and /health when --metrics-addr is set; it
+// returns the bound address ("" when not served) and how to stop serving.
+func (m *mounted) serveMetrics() (string, func(), error) {
+	o := m.opts
+	if o.MetricsAddr == "" {
+		return "", func() {}, nil
 	}
+	ln, err := listen.TCP(o.MetricsAddr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics-addr %s: %w", o.MetricsAddr, err)
+	}
+	srv := m.metrics.serve(ln, o.Profiling, m.health, m.log)
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
 
+// mountView mounts the FUSE view; served is closed once the kernel
+// unmounted it, by us or from outside.
+func (m *mounted) mountView() (*fuse.Server, <-chan struct{}, error) {
+	o := m.opts
 	server, err := gofs.Mount(o.Mountpoint, m.root, m.root.MountOptions(o.AllowOther, o.Debug))
 	if err != nil {
-		return fmt.Errorf("mounting at %s: %w (this needs root and /dev/fuse)", o.Mountpoint, err)
+		return nil, nil, fmt.Errorf("mounting at %s: %w (this needs root and /dev/fuse)", o.Mountpoint, err)
 	}
 	var mst unix.Stat_t
 	if err := unix.Stat(o.Mountpoint, &mst); err == nil {
 		m.dev = mst.Dev
 	}
 	if err := setReadAhead(o.Mountpoint, o.ReadAhead); err != nil {
-		log.Warn("could not raise the kernel read-ahead; sequential reads will be slower", "err", err)
+		m.log.Warn("could not raise the kernel read-ahead; sequential reads will be slower", "err", err)
 	}
 	served := make(chan struct{})
 	go func() {
 		server.Wait()
 		close(served)
 	}()
-	log.Info("mounted", "mountpoint", o.Mountpoint, "store", store.Redact(o.Store), "version", state.Version,
-		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, l.Config.Ranks),
+	state := m.state
+	m.log.Info("mounted", "mountpoint", o.Mountpoint, "store", store.Redact(o.Store), "version", state.Version,
+		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, m.txlog.Config.Ranks),
 		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
+	return server, served, nil
+}
 
+// serve runs the tailer, the heartbeat and the checkpoint watcher, says
+// the mount is ready, and waits until ctx ends (then unmounts) or the
+// mount is removed from outside; then it stops them (stop ends runCtx) and
+// writes a last heartbeat.
+func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.Server, served <-chan struct{}, metricsAddr string) {
+	o := m.opts
 	var wg sync.WaitGroup
 	wg.Go(func() { m.tail(runCtx) })
 	wg.Go(func() { m.heartbeat(runCtx) })
@@ -322,23 +382,21 @@ func Run(ctx context.Context, o Options) error {
 		wg.Go(func() { m.watchCheckpoints(runCtx) })
 	}
 	if o.Ready != nil {
-		o.Ready(Info{Mountpoint: o.Mountpoint, MetricsAddr: metricsAddr, Stats: c.Stats})
+		o.Ready(Info{Mountpoint: o.Mountpoint, MetricsAddr: metricsAddr, Stats: m.cache.Stats})
 	}
-
 	select {
 	case <-ctx.Done():
-		log.Info("unmounting", "mountpoint", o.Mountpoint)
+		m.log.Info("unmounting", "mountpoint", o.Mountpoint)
 		m.unmount(server, served)
 	case <-served:
-		log.Warn("the mount was removed from outside (umount); stopping", "mountpoint", o.Mountpoint)
+		m.log.Warn("the mount was removed from outside (umount); stopping", "mountpoint", o.Mountpoint)
 	}
 	stop()
 	wg.Wait()
 	if err := m.writeHeartbeat(context.WithoutCancel(ctx)); err != nil {
-		log.Warn("writing the last heartbeat failed", "err", err)
+		m.log.Warn("writing the last heartbeat failed", "err", err)
 	}
-	log.Info("unmounted", "mountpoint", o.Mountpoint)
-	return nil
+	m.log.Info("unmounted", "mountpoint", o.Mountpoint)
 }
 
 // unmount unmounts the view. If files are still open in it (EBUSY) it

@@ -55,8 +55,8 @@ type loading struct {
 	err  error
 }
 
-// recentIndexes bounds the tables kept: the read-ahead window and then
-// some, x (1,024 ranks x ~60 B).
+// recentIndexes bounds the tables kept: twice the read-ahead window. A
+// table holds about 60 B per rank (some 60 KiB for 1,024 ranks).
 const recentIndexes = 2 * metaAhead
 
 func newPackLoader(l *txn.Log, step func(int64) (*txn.TGB, bool)) *packLoader {

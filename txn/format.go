@@ -62,6 +62,8 @@ const (
 	DefaultSnapshotEvery     = 100
 	DefaultRetainCheckpoints = 2
 	MaxRanks                 = 1 << 16
+	MinChunkSize             = 4 << 10
+	MaxChunkSize             = 1 << 30
 	maxNameLen               = 255
 	maxPathLen               = 4096
 )
@@ -74,7 +76,7 @@ func (c *StreamConfig) validate() error {
 		return fmt.Errorf("ranks %d out of range [1,%d]", c.Ranks, MaxRanks)
 	case c.FirstStep < 0:
 		return fmt.Errorf("first step %d is negative", c.FirstStep)
-	case c.ChunkSize < 4096 || c.ChunkSize > 1<<30:
+	case c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize:
 		return fmt.Errorf("chunk size %d out of range [4KiB,1GiB]", c.ChunkSize)
 	case c.SnapshotEvery < 1:
 		return fmt.Errorf("snapshot_every %d must be >= 1", c.SnapshotEvery)

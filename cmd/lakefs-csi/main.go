@@ -21,8 +21,9 @@ const description = `Serves the CSI Identity and Node services on --endpoint (a 
 driver: no controller, attachRequired: false). Run by the node DaemonSet in
 deploy/kubernetes/; see docs/KUBERNETES.md.
 
-Volumes with the same attributes and secret share one lakefs-mount per node,
-mounted under --state-dir/mounts/; each pod gets a read-only bind mount of it.
+Volumes with the same view of a stream (store, ranks, view-ranks,
+checkpoint-dir) and the same secret share one lakefs-mount per node, mounted
+under --state-dir/mounts/; each pod gets a read-only bind mount of it.
 The lakefs-mount processes outlive the driver: a restarted driver adopts the
 ones still serving and cleans the dead ones.
 
@@ -53,8 +54,8 @@ func run(args []string) int {
 				Usage: "the Kubernetes node name (from spec.nodeName), not the container's host name"},
 			&cli.StringFlag{Name: "state-dir", Value: csi.DefaultStateDir, Destination: &o.StateDir,
 				Usage: "host directory (with mount propagation) for the registry and the shared mounts"},
-			&cli.StringFlag{Name: "mount-binary", Value: "lakefs-mount", Destination: &o.MountBinary,
-				Usage: "the lakefs-mount executable"},
+			&cli.StringFlag{Name: "mount-binary", Destination: &o.MountBinary,
+				Usage: "the lakefs-mount executable (default: next to lakefs-csi, then on PATH)"},
 			&cli.StringFlag{Name: "mount-cgroup", Destination: &o.MountCgroup,
 				Usage: "cgroup v2 directory under which each lakefs-mount gets its own cgroup, so the container runtime does not kill it with the driver (e.g. /sys/fs/cgroup/lakestream)"},
 		},

@@ -2,119 +2,63 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
-	"strconv"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/lakestream/lakestream/internal/bench"
-	"github.com/lakestream/lakestream/internal/flagval"
 )
 
-func benchCommand() *cli.Command {
+// benchCommand keeps `lakefs-produce bench ...` working: the benchmarks
+// live in lakefs-bench (they link the FUSE mount and a NATS server, which a
+// production node does not need), run with the same arguments.
+func benchCommand(stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
-		Name:  "bench",
-		Usage: "benchmarks",
-		Subcommands: []*cli.Command{
-			benchIngestCommand(),
-			benchScaleCommand(),
-			benchReadCommand(),
-			{
-				// Processes mode re-executes this binary as a worker.
-				Name:   "ingest-worker",
-				Hidden: true,
-				Action: func(c *cli.Context) error {
-					return bench.Worker(c.Context, os.Stdin, os.Stdout)
-				},
-			},
-		},
-	}
-}
-
-type benchIngestOptions struct {
-	Store, Producers, Payloads, Strategies string
-	Ranks                                  int
-	Duration, StoreLatency                 time.Duration
-	JSON, Processes, Keep                  bool
-	Versions                               uint64
-}
-
-func benchIngestCommand() *cli.Command {
-	var o benchIngestOptions
-	return &cli.Command{
-		Name:  "ingest",
-		Usage: "measure commit throughput and latency per strategy, producer count and payload",
-		UsageText: "lakefs-produce bench ingest --store URL --producers 1,2,4,8,16,32 --payload 64KiB,1MiB,16MiB " +
-			"--duration D --strategy dac,naive,fixed,raw-put,plain-put [--json]",
-		Description: `Runs producers (goroutines, or OS processes with --processes) that append
-TGBs of the given payload as fast as they can, each combination on a fresh
-stream under the store URL, and prints one row per combination: TGBs/s,
-MB/s, commit attempts per commit, TGBs per commit, the p50/p99 latency
-from "data durable" to "step visible" and (E2E) from "upload started" to
-"step visible". raw-put writes the same bytes with the store's Puts and no
-commits: the store's limit; plain-put writes them without our store layer
-(one SDK PutObject per part on s3://, a write and fsync per file on
-file://). --store-latency adds a delay to every store call, so a local
-store behaves like a remote one. --versions N runs until the log has N
-versions and prints a row per --duration window.`,
-		Flags: []cli.Flag{
-			storeFlag(),
-			&cli.StringFlag{Name: "producers", Value: "1,4,16", Destination: &o.Producers, Usage: "producer counts"},
-			&cli.StringFlag{Name: "payload", Value: "1MiB", Destination: &o.Payloads, Usage: "bytes per TGB, split across ranks"},
-			&cli.IntFlag{Name: "ranks", Value: 2, Destination: &o.Ranks, Usage: "ranks of each benchmark stream"},
-			&cli.DurationFlag{Name: "duration", Value: 5 * time.Second, Destination: &o.Duration, Usage: "measured time per row (per window with --versions)"},
-			&cli.StringFlag{Name: "strategy", Value: "dac,naive,fixed,raw-put,plain-put", Destination: &o.Strategies, Usage: "strategies: dac, naive, fixed, raw-put, plain-put, and the broker peers nats, nats-fsync"},
-			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Usage: "added to every store call"},
-			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
-			&cli.BoolFlag{Name: "processes", Destination: &o.Processes, Usage: "run each producer as its own OS process"},
-			&cli.Uint64Flag{Name: "versions", Destination: &o.Versions, Usage: "long-run mode: run until the log has this many versions"},
-			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep each run's stream in the store"},
-		},
+		Name:            "bench",
+		Usage:           "run lakefs-bench (the benchmarks: ingest, read, scale) with these arguments",
+		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			o.Store = c.String("store")
-			return benchIngest(c.Context, o, c.App.Writer)
+			return runBench(c.Context, c.Args().Slice(), stdout, stderr)
 		},
 	}
 }
 
-func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) error {
-	if o.Store == "" {
-		return flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
+// exitCode is a child's exit status, passed through as ours; the child
+// already said why.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	bin := findBench()
+	if bin == "" {
+		return fmt.Errorf("the benchmarks moved to lakefs-bench, which is not next to this binary or on PATH; build it (make build) and run: lakefs-bench %s",
+			strings.Join(args, " "))
 	}
-	io := bench.IngestOptions{
-		StoreURL: o.Store, Ranks: o.Ranks, Duration: o.Duration, StoreLatency: o.StoreLatency,
-		JSON: o.JSON, Processes: o.Processes, Versions: o.Versions, Keep: o.Keep,
-		Strategies: splitList(o.Strategies),
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		return exitCode(ee.ExitCode())
 	}
-	for _, p := range splitList(o.Producers) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 {
-			return flagval.Usagef("--producers %q: want a comma-separated list of positive counts, e.g. 1,4,16", o.Producers)
-		}
-		io.Producers = append(io.Producers, n)
-	}
-	for _, p := range splitList(o.Payloads) {
-		n, err := flagval.ParseSize("--payload", p, 1, 0)
-		if err != nil {
-			return flagval.Usage(err)
-		}
-		io.Payloads = append(io.Payloads, n)
-	}
-	return bench.Ingest(ctx, io, stdout)
+	return err
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
+// findBench returns lakefs-bench next to this executable or on PATH, or "".
+func findBench() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "lakefs-bench")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
 		}
 	}
-	return out
+	if p, err := exec.LookPath("lakefs-bench"); err == nil {
+		return p
+	}
+	return ""
 }

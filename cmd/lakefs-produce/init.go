@@ -15,7 +15,7 @@ type initOptions struct {
 	Store             string
 	Ranks             int
 	FirstStep         int64
-	ChunkSize         int64
+	ChunkSize         string
 	SnapshotEvery     uint64
 	RetainCheckpoints int
 }
@@ -30,7 +30,8 @@ func initCommand() *cli.Command {
 			storeFlag(),
 			&cli.IntFlag{Name: "ranks", Destination: &o.Ranks, Usage: "data-parallel ranks R (required)"},
 			&cli.Int64Flag{Name: "first-step", Destination: &o.FirstStep, Usage: "number of the first step"},
-			&cli.Int64Flag{Name: "chunk-size", Value: txn.DefaultChunkSize, Destination: &o.ChunkSize, Usage: "bytes per CRC32C chunk in packs"},
+			&cli.StringFlag{Name: "chunk-size", Value: flagval.FormatSize(txn.DefaultChunkSize), Destination: &o.ChunkSize,
+				Usage: "bytes per CRC32C chunk in packs, " + flagval.FormatSize(txn.MinChunkSize) + " to " + flagval.FormatSize(txn.MaxChunkSize)},
 			&cli.Uint64Flag{Name: "snapshot-every", Value: txn.DefaultSnapshotEvery, Destination: &o.SnapshotEvery, Usage: "write a state snapshot every N versions"},
 			&cli.IntFlag{Name: "retain-checkpoints", Value: txn.DefaultRetainCheckpoints, Destination: &o.RetainCheckpoints,
 				Usage: "checkpoints whose following steps are kept; steps up to the oldest of them are reclaimed"},
@@ -39,6 +40,9 @@ func initCommand() *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
+			if !c.IsSet("ranks") {
+				return flagval.Usagef("--ranks is required: the stream's data-parallel ranks, 1 to %d", txn.MaxRanks)
+			}
 			o.Store = c.String("store")
 			return initStream(c.Context, o, c.App.Writer)
 		},
@@ -46,8 +50,12 @@ func initCommand() *cli.Command {
 }
 
 func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
-	if o.Ranks < 1 {
-		return flagval.Usagef("--ranks must be at least 1 (got %d)", o.Ranks)
+	if err := flagval.CheckCount("--ranks", int64(o.Ranks), 1, txn.MaxRanks); err != nil {
+		return err
+	}
+	chunk, err := flagval.ParseSize("--chunk-size", o.ChunkSize, txn.MinChunkSize, txn.MaxChunkSize)
+	if err != nil {
+		return err
 	}
 	if o.FirstStep < 0 {
 		return flagval.Usagef("--first-step must not be negative (got %d)", o.FirstStep)
@@ -60,7 +68,7 @@ func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 		return err
 	}
 	l, err := txn.Create(ctx, s, txn.CreateOptions{
-		Ranks: o.Ranks, FirstStep: o.FirstStep, ChunkSize: o.ChunkSize,
+		Ranks: o.Ranks, FirstStep: o.FirstStep, ChunkSize: chunk,
 		SnapshotEvery: o.SnapshotEvery, RetainCheckpoints: o.RetainCheckpoints,
 	})
 	if err != nil {

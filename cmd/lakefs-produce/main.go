@@ -1,5 +1,6 @@
 // Command lakefs-produce creates streams, seals staging batches into steps
-// and administers a stream: status, verify, checkpoint, gc, bench.
+// and administers a stream: status, verify, checkpoint, gc. `bench` runs
+// lakefs-bench, a separate binary.
 //
 // Each subcommand lives in its own file: flags fill an options struct, and
 // a plain function (which tests call) does the work.
@@ -54,7 +55,7 @@ EXIT STATUS:
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			initCommand(), runCommand(), statusCommand(), verifyCommand(),
-			checkpointCommand(), gcCommand(), benchCommand(),
+			checkpointCommand(), gcCommand(), benchCommand(stdout, stderr),
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return flagval.Usage(err) },
 		CommandNotFound: func(c *cli.Context, name string) {
@@ -71,6 +72,10 @@ EXIT STATUS:
 			return 2 // CommandNotFound already said why
 		}
 		return 0
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
 	}
 	fmt.Fprintln(stderr, "lakefs-produce:", oneLine(err))
 	if errors.Is(err, flagval.ErrUsage) {

@@ -150,7 +150,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status"}, "--store"},
 		{[]string{"status", "--store", "ftp://x"}, `"ftp"`},
 		{[]string{"status", "--store", "file://relative"}, "file:///abs/dir"},
-		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "0"}, "--ranks"},
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "0"}, "--ranks 0 is out of range; use 1 to 65536"},
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "65537"}, "--ranks 65537 is out of range; use 1 to 65536"},
+		{[]string{"init", "--store", "file:///tmp/x"}, "--ranks is required"},
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "100"}, "--chunk-size 100 is out of range; use 4KiB to 1GiB"},
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "big"}, `--chunk-size "big" is not a size`},
 		{[]string{"run", "--store", "file:///tmp/x", "--producer-id", "p"}, "--staging"},
 		{[]string{"run", "--store", "file:///tmp/x", "--staging", "/nonexistent-staging", "--producer-id", "p"}, "/nonexistent-staging"},
 		{[]string{"checkpoint", "--store", "file:///tmp/x"}, "--step"},
@@ -166,6 +170,18 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := invoke(t, "status", "--store", "file://"+t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "lakefs-produce init") {
 		t.Errorf("status without a stream: %d %q", code, stderr)
+	}
+}
+
+// TestInitChunkSizeUnits: --chunk-size takes units like every size.
+func TestInitChunkSizeUnits(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--store", "file://"+dir, "--ranks", "2", "--chunk-size", "64KiB"); code != 0 {
+		t.Fatalf("init --chunk-size 64KiB: %d %s", code, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "_stream.json"))
+	if err != nil || !strings.Contains(string(b), `"chunk_size":65536`) {
+		t.Errorf("stream config %s, %v; want chunk_size 65536", b, err)
 	}
 }
 

@@ -88,7 +88,7 @@ type IngestOptions struct {
 	// Worker). It needs a store URL other processes can open (not mem://).
 	Processes bool
 	// WorkerCommand is the command line of a worker process (default: this
-	// executable with the arguments "bench", "ingest-worker", which the CLI
+	// executable with the argument "ingest-worker", which the CLI
 	// must route to Worker).
 	WorkerCommand []string
 	// Keep leaves each run's stream in the store.
@@ -100,7 +100,7 @@ type IngestOptions struct {
 
 // DefaultWorkerArgs are the arguments after the executable that make the
 // CLI run Worker.
-var DefaultWorkerArgs = []string{"bench", "ingest-worker"}
+var DefaultWorkerArgs = []string{"ingest-worker"}
 
 func (o *IngestOptions) defaults() error {
 	if len(o.Producers) == 0 {

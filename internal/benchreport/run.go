@@ -20,7 +20,7 @@ import (
 // Options configure Run. Zero fields take the defaults named.
 type Options struct {
 	OutDir  string // where REPORT.md and the PNGs go (default docs/bench)
-	BinDir  string // lakefs-produce and lakefs-mount (default bin)
+	BinDir  string // lakefs-produce, lakefs-mount and lakefs-bench (default bin)
 	Tools   string // versitygw under Tools/bin (default $LAKEFS_TOOLS, else .tools)
 	WorkDir string // scratch space (default a temp dir, removed after)
 
@@ -80,7 +80,7 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = os.Stderr
 	}
-	for _, b := range []string{"lakefs-produce", "lakefs-mount"} {
+	for _, b := range []string{"lakefs-produce", "lakefs-mount", "lakefs-bench"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			return fmt.Errorf("benchreport: %s not found in %s; run make build first", b, o.BinDir)
 		}

@@ -53,6 +53,14 @@ type Config struct {
 	// Stderr, if set, also gets the child's stderr (the Proc keeps a tail
 	// for errors either way).
 	Stderr io.Writer
+	// Output, if set, replaces Stderr: the child writes its stdout and
+	// stderr straight to this file (opened for reading too) and runs in
+	// its own process group, so it outlives this process (a pipe to a
+	// dead supervisor would kill it with SIGPIPE at its next log line).
+	// Errors quote the file's tail.
+	Output *os.File
+	// CgroupFD, if > 0, is an open cgroup v2 directory the child starts in.
+	CgroupFD int
 	// ReadyTimeout bounds the wait for readiness (default
 	// DefaultReadyTimeout); StopTimeout how long Stop waits after SIGTERM
 	// before SIGKILL (default DefaultStopTimeout).
@@ -66,6 +74,7 @@ type Proc struct {
 	mountpoint  string
 	stopTimeout time.Duration
 	tail        *tail
+	output      *os.File      // Config.Output, or nil
 	done        chan struct{} // closed once the child is reaped
 	waitErr     error         // the child's exit; read after done
 	stopOnce    sync.Once
@@ -150,6 +159,16 @@ func spawn(c Config) (*Proc, <-chan bool, error) {
 	if c.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(p.tail, c.Stderr)
 	}
+	if c.Output != nil {
+		cmd.Stdout, cmd.Stderr, p.output = c.Output, c.Output, c.Output
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if c.CgroupFD > 0 {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, c.CgroupFD
+	}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		return nil, nil, fmt.Errorf("starting %s: %w", bin, err)
@@ -177,7 +196,24 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Stderr is the last few KiB of the child's stderr.
-func (p *Proc) Stderr() string { return p.tail.String() }
+func (p *Proc) Stderr() string {
+	if p.output != nil {
+		return fileTail(p.output)
+	}
+	return p.tail.String()
+}
+
+// fileTail returns the last tailBytes of f.
+func fileTail(f *os.File) string {
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(0, st.Size()-tailBytes)
+	b := make([]byte, st.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	return string(b[:n])
+}
 
 // Stop stops the child: SIGTERM (a clean unmount), SIGKILL after
 // StopTimeout (also for a stopped or hung child), then a lazy unmount of

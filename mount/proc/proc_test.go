@@ -152,3 +152,37 @@ func TestStopStoppedChild(t *testing.T) {
 		t.Error("still mounted after Stop")
 	}
 }
+
+// TestOutputDetached: with Config.Output the child writes straight to the
+// file (no pipe to this process that would SIGPIPE it once its supervisor
+// is gone) from a process group of its own (a signal to the supervisor's
+// group does not reach it), and a failure quotes the file's tail.
+func TestOutputDetached(t *testing.T) {
+	bin := buildMount(t)
+	out, err := os.OpenFile(filepath.Join(t.TempDir(), "mount.log"), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	o := mount.Options{Store: newStream(t, 1), Mountpoint: t.TempDir(), NodeID: "proc-test"}
+	p, err := Start(t.Context(), Config{Bin: bin, Options: o, Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	for _, fd := range []string{"1", "2"} {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", p.Pid(), fd))
+		if err != nil || link != out.Name() {
+			t.Errorf("the child's fd %s is %q (%v), want the output file %s", fd, link, err, out.Name())
+		}
+	}
+	if pgid, err := syscall.Getpgid(p.Pid()); err != nil || pgid != p.Pid() {
+		t.Errorf("the child's process group is %d (%v), want its own (%d)", pgid, err, p.Pid())
+	}
+
+	bad := mount.Options{Store: "file:///nonexistent/stream", Mountpoint: t.TempDir(), NodeID: "proc-test"}
+	_, err = Start(t.Context(), Config{Bin: bin, Options: bad, Output: out})
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "nonexistent") {
+		t.Errorf("a failed start with Output: %v; want ErrNotReady quoting the file's tail (the store)", err)
+	}
+}

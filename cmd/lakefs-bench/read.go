@@ -23,7 +23,7 @@ func benchReadCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "read",
 		Usage:     "measure a kernel mount against reading the same bytes straight from the store",
-		UsageText: "lakefs-produce bench read --store URL [--steps 100 --ranks 4 --size 4MiB --readers 1,4 --runs 1 --json]",
+		UsageText: "lakefs-bench read --store URL [--steps 100 --ranks 4 --size 4MiB --readers 1,4 --runs 1 --json]",
 		Description: `Commits --steps TGBs of --ranks x one file of --size random bytes to a fresh
 stream under the store URL, then for each --readers count N reads ranks
 0..N-1 (one reader per rank, its steps in order, every file to EOF with
@@ -37,7 +37,7 @@ run with the median MB/s is printed. Needs lakefs-mount next to this
 executable or on PATH, root and /dev/fuse.
 
 Example:
-  lakefs-produce bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4`,
+  lakefs-bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.IntFlag{Name: "steps", Value: 100, Destination: &o.Steps, Usage: "steps committed"},

@@ -25,7 +25,7 @@ func benchScaleCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "scale",
 		Usage:     "measure what a stream costs as ranks, files and nodes grow",
-		UsageText: "lakefs-produce bench scale --store URL [--ranks 64,1024 --files 16 --steps 100 --versions 10000 --mounts 10 --window 20s --json]",
+		UsageText: "lakefs-bench scale --store URL [--ranks 64,1024 --files 16 --steps 100 --versions 10000 --mounts 10 --window 20s --json]",
 		Description: `Builds a stream of R ranks x F files x N steps with the real producer, pads
 its log to V versions, copies it under a fresh prefix of the store and
 prints, per rank count: bytes of a step's version record and of its share
@@ -40,7 +40,7 @@ reader sees each new step. Needs lakefs-mount next to this executable or
 on PATH, root and /dev/fuse.
 
 Example:
-  lakefs-produce bench scale --store 's3://bkt/scale?endpoint=http://127.0.0.1:7070' --ranks 1024 --mounts 10,100`,
+  lakefs-bench scale --store 's3://bkt/scale?endpoint=http://127.0.0.1:7070' --ranks 1024 --mounts 10,100`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "ranks", Value: "64,1024", Destination: &o.Ranks, Usage: "rank counts R"},

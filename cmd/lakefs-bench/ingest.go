@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/flagval"
+)
+
+type benchIngestOptions struct {
+	Store, Producers, Payloads, Strategies string
+	Ranks                                  int
+	Duration, StoreLatency                 time.Duration
+	JSON, Processes, Keep                  bool
+	Versions                               uint64
+}
+
+func benchIngestCommand() *cli.Command {
+	var o benchIngestOptions
+	return &cli.Command{
+		Name:  "ingest",
+		Usage: "measure commit throughput and latency per strategy, producer count and payload",
+		UsageText: "lakefs-bench ingest --store URL --producers 1,2,4,8,16,32 --payload 64KiB,1MiB,16MiB " +
+			"--duration D --strategy dac,naive,fixed,raw-put,plain-put [--json]",
+		Description: `Runs producers (goroutines, or OS processes with --processes) that append
+TGBs of the given payload as fast as they can, each combination on a fresh
+stream under the store URL, and prints one row per combination: TGBs/s,
+MB/s, commit attempts per commit, TGBs per commit, the p50/p99 latency
+from "data durable" to "step visible" and (E2E) from "upload started" to
+"step visible". raw-put writes the same bytes with the store's Puts and no
+commits: the store's limit; plain-put writes them without our store layer
+(one SDK PutObject per part on s3://, a write and fsync per file on
+file://). --store-latency adds a delay to every store call, so a local
+store behaves like a remote one. --versions N runs until the log has N
+versions and prints a row per --duration window.`,
+		Flags: []cli.Flag{
+			storeFlag(),
+			&cli.StringFlag{Name: "producers", Value: "1,4,16", Destination: &o.Producers, Usage: "producer counts"},
+			&cli.StringFlag{Name: "payload", Value: "1MiB", Destination: &o.Payloads, Usage: "bytes per TGB, split across ranks"},
+			&cli.IntFlag{Name: "ranks", Value: 2, Destination: &o.Ranks, Usage: "ranks of each benchmark stream"},
+			&cli.DurationFlag{Name: "duration", Value: 5 * time.Second, Destination: &o.Duration, Usage: "measured time per row (per window with --versions)"},
+			&cli.StringFlag{Name: "strategy", Value: "dac,naive,fixed,raw-put,plain-put", Destination: &o.Strategies, Usage: "strategies: dac, naive, fixed, raw-put, plain-put, and the broker peers nats, nats-fsync"},
+			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Usage: "added to every store call"},
+			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
+			&cli.BoolFlag{Name: "processes", Destination: &o.Processes, Usage: "run each producer as its own OS process"},
+			&cli.Uint64Flag{Name: "versions", Destination: &o.Versions, Usage: "long-run mode: run until the log has this many versions"},
+			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep each run's stream in the store"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			o.Store = c.String("store")
+			return benchIngest(c.Context, o, c.App.Writer)
+		},
+	}
+}
+
+func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) error {
+	if o.Store == "" {
+		return flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
+	}
+	io := bench.IngestOptions{
+		StoreURL: o.Store, Ranks: o.Ranks, Duration: o.Duration, StoreLatency: o.StoreLatency,
+		JSON: o.JSON, Processes: o.Processes, Versions: o.Versions, Keep: o.Keep,
+		Strategies: splitList(o.Strategies),
+	}
+	for _, p := range splitList(o.Producers) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return flagval.Usagef("--producers %q: want a comma-separated list of positive counts, e.g. 1,4,16", o.Producers)
+		}
+		io.Producers = append(io.Producers, n)
+	}
+	for _, p := range splitList(o.Payloads) {
+		n, err := flagval.ParseSize("--payload", p, 1, 0)
+		if err != nil {
+			return flagval.Usage(err)
+		}
+		io.Payloads = append(io.Payloads, n)
+	}
+	return bench.Ingest(ctx, io, stdout)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
