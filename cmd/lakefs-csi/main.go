@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/csi"
+	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/flagval"
 )
 
@@ -46,6 +47,7 @@ func run(args []string) int {
 		Name:        "lakefs-csi",
 		Usage:       "Kubernetes CSI node plugin for Lakestream streams",
 		UsageText:   "lakefs-csi [--endpoint unix:///csi/csi.sock] [--node-id NAME] [options]",
+		Version:     buildinfo.Version(),
 		Description: description,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "endpoint", EnvVars: []string{"CSI_ENDPOINT"}, Value: csi.DefaultEndpoint, Destination: &o.Endpoint,
