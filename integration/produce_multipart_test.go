@@ -102,6 +102,7 @@ func TestProduceSIGTERMAbortsMultipart(t *testing.T) {
 	client := srv.Client()
 	staging := t.TempDir()
 
+	caught := 0        // runs SIGTERMed with an upload in flight
 	for i := range 8 { // the batch stays staged: each run uploads it again
 		if names, _ := prdSealed(staging); len(names) == 0 {
 			prdStageLarge(t, staging, fmt.Sprintf("b%d", i), 100<<20)
@@ -118,11 +119,18 @@ func TestProduceSIGTERMAbortsMultipart(t *testing.T) {
 		within(prdCmdTimeout, func() bool {
 			ups, err := prdUploads(t.Context(), client, bucket, "stream/")
 			inFlight = len(ups) > 0
-			return err != nil || inFlight || p.exited()
+			committed := false
+			if names, _ := prdSealed(staging); len(names) == 0 {
+				committed = true
+			}
+			return err != nil || inFlight || committed || p.exited()
 		})
-		if !inFlight {
-			p.kill()
-			t.Fatalf("run %d: never saw an upload in flight; stderr:\n%s", i, p.tail())
+		if inFlight {
+			caught++
+		} else {
+			// The whole upload finished before we looked (a loaded
+			// machine): this run still must leave nothing behind.
+			t.Logf("run %d: no upload in flight when SIGTERMed", i)
 		}
 		termed := time.Now()
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -145,6 +153,9 @@ func TestProduceSIGTERMAbortsMultipart(t *testing.T) {
 		if left := prdFilesUnder(t, filepath.Join(srv.Dir, bucket, ".sgwtmp", "multipart")); len(left) > 0 {
 			t.Fatalf("run %d: parts left in the server's multipart area after SIGTERM: %v", i, left)
 		}
+	}
+	if caught == 0 {
+		t.Fatal("no run was SIGTERMed with a multipart upload in flight: the case under test never happened")
 	}
 	// Nothing was lost: the batch commits once run is left alone.
 	out := prdMust(t, bin, "run", "--store", url, "--staging", staging, "--producer-id", "p0", "--once")
