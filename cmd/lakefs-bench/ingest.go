@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 )
 
@@ -52,7 +53,7 @@ versions and prints a row per --duration window.`,
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep each run's stream in the store"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

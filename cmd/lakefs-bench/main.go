@@ -10,19 +10,16 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/bench"
 	"github.com/lakestream/lakestream/internal/buildinfo"
-	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/internal/cliapp"
 )
 
 func main() {
@@ -58,27 +55,8 @@ EXIT STATUS:
 				},
 			},
 		},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return flagval.Usage(err) },
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(stderr, "lakefs-bench: unknown command %q; run lakefs-bench --help\n", name)
-		},
-		ExitErrHandler: func(*cli.Context, error) {}, // we map errors to exit codes below
 	}
-	for _, c := range app.Commands {
-		c.OnUsageError = app.OnUsageError // not inherited by subcommands
-	}
-	err := app.RunContext(ctx, args)
-	if err == nil {
-		if len(args) > 1 && app.Command(args[1]) == nil && args[1][0] != '-' {
-			return 2 // CommandNotFound already said why
-		}
-		return 0
-	}
-	fmt.Fprintln(stderr, "lakefs-bench:", strings.ReplaceAll(err.Error(), "\n", " "))
-	if errors.Is(err, flagval.ErrUsage) {
-		return 2
-	}
-	return 1
+	return cliapp.Run(ctx, app, args, stderr)
 }
 
 // storeFlag is --store; a new one per command, as urfave/cli keeps parse
@@ -86,12 +64,4 @@ EXIT STATUS:
 func storeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
 		Usage: "where the benchmark streams go: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
-}
-
-// noArgs refuses stray positional arguments.
-func noArgs(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return flagval.Usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
-	}
-	return nil
 }

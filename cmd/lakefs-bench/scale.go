@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/scale"
 	"github.com/lakestream/lakestream/txn"
@@ -57,7 +58,7 @@ Example:
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the streams in the store"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/urfave/cli/v2"
 )
 
@@ -27,12 +28,6 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 	}
 }
 
-// exitCode is a child's exit status, passed through as ours; the child
-// already said why.
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bin := findBench()
 	if bin == "" {
@@ -44,7 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() > 0 {
-		return exitCode(ee.ExitCode())
+		return cliapp.ExitCode(ee.ExitCode()) // the child already said why
 	}
 	return err
 }

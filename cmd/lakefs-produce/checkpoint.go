@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -32,7 +33,7 @@ A step that is not committed yet, or one gc has reclaimed past, is refused
 			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

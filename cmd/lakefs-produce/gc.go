@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -48,7 +49,7 @@ below the step it reads, and names it; --force reclaims anyway.`,
 			&cli.BoolFlag{Name: "force", Destination: &o.Force, Usage: "reclaim even steps that live mounts are reading"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/buildinfo"
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -57,42 +57,8 @@ EXIT STATUS:
 			initCommand(), runCommand(), statusCommand(), verifyCommand(),
 			checkpointCommand(), gcCommand(), benchCommand(stdout, stderr),
 		},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return flagval.Usage(err) },
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(stderr, "lakefs-produce: unknown command %q; run lakefs-produce --help\n", name)
-		},
-		ExitErrHandler: func(*cli.Context, error) {}, // we map errors to exit codes below
 	}
-	for _, c := range app.Commands {
-		c.OnUsageError = app.OnUsageError // not inherited by subcommands
-	}
-	err := app.RunContext(ctx, args)
-	if err == nil {
-		if len(args) > 1 && app.Command(args[1]) == nil && args[1][0] != '-' {
-			return 2 // CommandNotFound already said why
-		}
-		return 0
-	}
-	var code exitCode
-	if errors.As(err, &code) {
-		return int(code)
-	}
-	fmt.Fprintln(stderr, "lakefs-produce:", oneLine(err))
-	if errors.Is(err, flagval.ErrUsage) {
-		return 2
-	}
-	return 1
-}
-
-// oneLine keeps error output to one line.
-func oneLine(err error) string {
-	b := []byte(err.Error())
-	for i, c := range b {
-		if c == '\n' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
+	return cliapp.Run(ctx, app, args, stderr)
 }
 
 // storeFlag is --store; a new one per command, as urfave/cli keeps parse
@@ -132,12 +98,4 @@ func newLogger(stderr io.Writer, verbose bool) *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-}
-
-// noArgs refuses stray positional arguments.
-func noArgs(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return flagval.Usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
-	}
-	return nil
 }

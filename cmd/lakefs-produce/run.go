@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
@@ -77,7 +78,7 @@ watching until SIGINT or SIGTERM.`,
 			&cli.BoolFlag{Name: "verbose", Destination: &o.Verbose, Usage: "debug logging"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

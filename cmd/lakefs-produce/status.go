@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -29,7 +30,7 @@ func statusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print one JSON object (field names are stable)"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")

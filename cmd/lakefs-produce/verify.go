@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -36,7 +37,7 @@ file's CRC32C matches the manifest. Exits non-zero naming each problem.`,
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
+			if err := cliapp.NoArgs(c); err != nil {
 				return err
 			}
 			o.Store = c.String("store")
