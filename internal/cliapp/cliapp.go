@@ -57,7 +57,7 @@ func Run(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int
 // NoArgs refuses stray positional arguments: every option is a flag.
 func NoArgs(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return flagval.Usagef("unexpected argument %q; all options are flags (see %s --help)", c.Args().First(), c.Command.FullName())
+		return flagval.Usagef("unexpected argument %q; all options are flags (see %s %s --help)", c.Args().First(), c.App.Name, c.Command.FullName())
 	}
 	return nil
 }
