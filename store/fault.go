@@ -53,6 +53,7 @@ type Faulty struct {
 	rng    *rand.Rand    // GUARDED_BY(mu)
 	faults [numOps]Fault // GUARDED_BY(mu)
 	counts [numOps]int64 // GUARDED_BY(mu): injected faults per op
+	calls  [numOps]int64 // GUARDED_BY(mu): calls per op, faulted or not
 }
 
 // NewFaulty wraps s; seed makes the fault sequence repeatable.
@@ -86,9 +87,19 @@ func (f *Faulty) Injected(op Op) int64 {
 	return f.counts[op]
 }
 
+// Calls returns how many calls of op were made so far (a tail read counts
+// as OpGetRange), faulted or not: benchmarks count store requests by kind
+// with it.
+func (f *Faulty) Calls(op Op) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
 // before sleeps the configured latency and decides the call's fate.
 func (f *Faulty) before(ctx context.Context, op Op, key string) (lose bool, err error) {
 	f.mu.Lock()
+	f.calls[op]++
 	ft := f.faults[op]
 	fail := ft.ErrRate > 0 && f.rng.Float64() < ft.ErrRate
 	lose = !fail && ft.LostRate > 0 && f.rng.Float64() < ft.LostRate
@@ -130,6 +141,15 @@ func (f *Faulty) GetRange(ctx context.Context, key string, off, n int64) ([]byte
 		return nil, err
 	}
 	return f.Store.GetRange(ctx, key, off, n)
+}
+
+// GetTail forwards TailGetter (one request, as the wrapped store makes it)
+// with OpGetRange's faults.
+func (f *Faulty) GetTail(ctx context.Context, key string, n int64) ([]byte, int64, error) {
+	if _, err := f.before(ctx, OpGetRange, key); err != nil {
+		return nil, 0, err
+	}
+	return GetTail(ctx, f.Store, key, n)
 }
 
 func (f *Faulty) Stat(ctx context.Context, key string) (Info, error) {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -22,10 +23,12 @@ import (
 // (Create: link fails with EEXIST if the name exists, which makes it an
 // atomic create-if-absent), and the parent directory is fsynced. A reader
 // therefore never sees a partial object under its final name, and a crash
-// leaves at most a stray temporary file.
+// leaves at most a stray temporary file. Concurrent publishes into one
+// directory share its fsync (groupSync).
 type fileStore struct {
-	root string // absolute, cleaned
-	tmp  string // root/.lakefs-tmp
+	root  string // absolute, cleaned
+	tmp   string // root/.lakefs-tmp
+	syncs *groupSync
 }
 
 // NewFile opens (creating if needed) a file store rooted at the absolute
@@ -37,7 +40,7 @@ func NewFile(dir string) (Store, error) {
 	// Nothing is created until the first write: a read-only command on a
 	// mistyped path must leave nothing behind.
 	root := filepath.Clean(dir)
-	return &fileStore{root: root, tmp: filepath.Join(root, reservedDir)}, nil
+	return &fileStore{root: root, tmp: filepath.Join(root, reservedDir), syncs: &groupSync{fsync: syncDir, dirs: map[string]*dirSync{}}}, nil
 }
 
 func openFile(u *url.URL, raw string) (Store, error) {
@@ -141,6 +144,35 @@ type sectionFile struct {
 
 func (s sectionFile) Close() error { return s.f.Close() }
 
+// GetTail implements TailGetter: one open, fstat and pread.
+func (s *fileStore) GetTail(ctx context.Context, key string, n int64) ([]byte, int64, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := ctxErr(ctx, "get tail", key); err != nil {
+		return nil, 0, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, 0, classify("get tail", key, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, classify("get tail", key, err)
+	}
+	if st.IsDir() {
+		return nil, 0, fmt.Errorf("file get tail %s: %w", key, ErrNotFound)
+	}
+	k := min(n, st.Size())
+	buf := make([]byte, k)
+	if _, err := f.ReadAt(buf, st.Size()-k); err != nil {
+		return nil, 0, classify("get tail", key, err)
+	}
+	return buf, st.Size(), nil
+}
+
 func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
 	p, err := s.path(key)
 	if err != nil {
@@ -239,7 +271,63 @@ func (s *fileStore) publish(ctx context.Context, op, key, tmp string, exclusive 
 		}
 		return fmt.Errorf("file %s %s: %w", op, key, err)
 	}
-	return syncDir(dir)
+	return s.syncs.sync(dir)
+}
+
+// groupSync is group commit for directory fsyncs: a publisher needs one
+// fsync of its directory that starts after its link or rename. While one
+// runs, the publishers that arrive wait, and then one fsync covers them
+// all, so N concurrent commits into one directory (the log's versions, a
+// producer's data) cost about two fsyncs, not N.
+type groupSync struct {
+	fsync func(dir string) error // syncDir; tests slow it down
+
+	mu   sync.Mutex
+	dirs map[string]*dirSync // GUARDED_BY(mu); an entry lives while it has users
+}
+
+// dirSync is one directory's fsync generations. INVARIANT: done <= started
+// <= done+1, and running == (started > done).
+type dirSync struct {
+	cond          *sync.Cond // on groupSync.mu
+	started, done uint64     // fsyncs started and finished
+	running       bool
+	err           error // of fsync number done
+	users         int
+}
+
+func (g *groupSync) sync(dir string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := g.dirs[dir]
+	if d == nil {
+		d = &dirSync{cond: sync.NewCond(&g.mu)}
+		g.dirs[dir] = d
+	}
+	d.users++
+	defer func() {
+		if d.users--; d.users == 0 {
+			delete(g.dirs, dir)
+		}
+	}()
+	// A running fsync may have started before our link: we need the next.
+	need := d.started + 1
+	for d.done < need {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		n := d.started
+		g.mu.Unlock()
+		err := g.fsync(dir)
+		g.mu.Lock()
+		d.running, d.done, d.err = false, n, err
+		d.cond.Broadcast()
+	}
+	// Fsync number done started after our link, so it covers it.
+	return d.err
 }
 
 // classifyMkdir explains the one expected mkdir failure: a key whose parent

@@ -79,6 +79,16 @@ func (s *memStore) GetRange(ctx context.Context, key string, off, n int64) ([]by
 	return slices.Clone(o.data[off : off+n]), nil
 }
 
+// GetTail implements TailGetter.
+func (s *memStore) GetTail(ctx context.Context, key string, n int64) ([]byte, int64, error) {
+	o, err := s.lookup(ctx, "get tail", key)
+	if err != nil {
+		return nil, 0, err
+	}
+	size := int64(len(o.data))
+	return slices.Clone(o.data[size-min(n, size):]), size, nil
+}
+
 func (s *memStore) Stat(ctx context.Context, key string) (Info, error) {
 	o, err := s.lookup(ctx, "stat", key)
 	if err != nil {

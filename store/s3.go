@@ -423,6 +423,52 @@ func (b *s3Body) Read(p []byte) (int, error) {
 
 func (b *s3Body) Close() error { return b.body.Close() }
 
+// GetTail implements TailGetter with one suffix-range GET; the size
+// comes from its Content-Range.
+func (s *s3Store) GetTail(ctx context.Context, key string, n int64) ([]byte, int64, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, 0, err
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: &s.bucket,
+		Key:    aws.String(s.key(key)),
+		Range:  aws.String(fmt.Sprintf("bytes=-%d", n)),
+	})
+	if err != nil {
+		err = s.classify(ctx, "get tail", key, err)
+		if errors.Is(err, ErrRange) {
+			// An empty object has no suffix to return (416).
+			info, serr := s.Stat(ctx, key)
+			if serr != nil {
+				return nil, 0, serr
+			}
+			if info.Size == 0 {
+				return []byte{}, 0, nil
+			}
+		}
+		return nil, 0, err
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(out.Body, n+1))
+	if err != nil {
+		return nil, 0, s.classify(ctx, "get tail", key, err)
+	}
+	size := int64(len(b)) // a server that ignored the range sent it all
+	if cr := aws.ToString(out.ContentRange); cr != "" {
+		_, total, ok := strings.Cut(cr, "/")
+		if size, err = strconv.ParseInt(total, 10, 64); !ok || err != nil {
+			return nil, 0, fmt.Errorf("s3 get tail %s: unreadable Content-Range %q", key, cr)
+		}
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	if int64(len(b)) != min(n, size) {
+		return nil, 0, fmt.Errorf("s3 get tail %s: %d bytes for the last %d of %d: %w", key, len(b), n, size, ErrRange)
+	}
+	return b, size, nil
+}
+
 func (s *s3Store) Stat(ctx context.Context, key string) (Info, error) {
 	if err := ValidateKey(key); err != nil {
 		return Info{}, err

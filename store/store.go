@@ -258,6 +258,35 @@ type RangeStreamer interface {
 	GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 }
 
+// TailGetter is implemented by stores that return an object's last bytes
+// and its size in one request (S3: a suffix range, "bytes=-n"), so a TGB's
+// self-description, kept at the end of its object, costs one GET. Wrappers
+// should forward it; GetTail falls back to Stat and GetRange (two
+// requests) for a store without it.
+type TailGetter interface {
+	// GetTail returns the last min(n, size) bytes of the object and its
+	// size; n must be positive. A missing key is ErrNotFound.
+	GetTail(ctx context.Context, key string, n int64) (tail []byte, size int64, err error)
+}
+
+// GetTail returns the last min(n, size) bytes of key and its size, through
+// s.GetTail when s has it.
+func GetTail(ctx context.Context, s Store, key string, n int64) ([]byte, int64, error) {
+	if n <= 0 {
+		return nil, 0, fmt.Errorf("%w: tail of %s: %d bytes asked; ask for at least one", ErrInvalid, key, n)
+	}
+	if tg, ok := s.(TailGetter); ok {
+		return tg.GetTail(ctx, key, n)
+	}
+	info, err := s.Stat(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	k := min(n, info.Size)
+	b, err := s.GetRange(ctx, key, info.Size-k, k)
+	return b, info.Size, err
+}
+
 // Upload is a multipart upload in progress: its parts are stored (and
 // billed) but in no listing of objects until it completes or is aborted.
 type Upload struct {

@@ -28,6 +28,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PutGetStat", testPutGetStat},
 		{"NotFound", testNotFound},
 		{"Ranges", testRanges},
+		{"Tail", testTail},
 		{"CreateIfAbsent", testCreateIfAbsent},
 		{"CreateRace32", testCreateRace},
 		{"ListOrderAndPagination", testList},
@@ -165,6 +166,33 @@ func testRanges(t *testing.T, s store.Store) {
 	}
 	if _, err := s.GetRange(ctx, "zero", 0, 1); !errors.Is(err, store.ErrRange) {
 		t.Errorf("range past end of empty object: %v", err)
+	}
+}
+
+// testTail: the last bytes and the size in one call, whatever n is
+// against the size; every backend implements TailGetter (one request).
+func testTail(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if _, ok := s.(store.TailGetter); !ok {
+		t.Errorf("%T does not implement store.TailGetter: a TGB's self-description would cost two requests", s)
+	}
+	data := randBytes(t, 1000)
+	mustPut(t, s, "t", data)
+	for _, n := range []int64{1, 24, 999, 1000, 1001, 1 << 20} {
+		got, size, err := store.GetTail(ctx, s, "t", n)
+		if want := data[1000-min(n, 1000):]; err != nil || size != 1000 || !bytes.Equal(got, want) {
+			t.Errorf("tail %d: err=%v size=%d len=%d, want size 1000 and the last %d bytes", n, err, size, len(got), len(want))
+		}
+	}
+	mustPut(t, s, "zero", nil)
+	if got, size, err := store.GetTail(ctx, s, "zero", 16); err != nil || size != 0 || len(got) != 0 {
+		t.Errorf("tail of an empty object: err=%v size=%d len=%d", err, size, len(got))
+	}
+	if _, _, err := store.GetTail(ctx, s, "missing", 16); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("tail of a missing key: want ErrNotFound, got %v", err)
+	}
+	if _, _, err := store.GetTail(ctx, s, "t", 0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("tail of 0 bytes: want ErrInvalid, got %v", err)
 	}
 }
 
