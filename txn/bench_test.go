@@ -71,7 +71,7 @@ func BenchmarkCommit(b *testing.B) {
 			l := benchOpen(b, benchFork(b, n))
 			var commitNs, commits atomic.Int64
 			p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{
-				ID: "p", Strategy: fuzzStrategy(b, "naive"), Logger: benchLogger,
+				ID: "p", Solo: true, Logger: benchLogger,
 				Observe: func(cs txn.CommitStats) {
 					for _, u := range cs.Uploaded {
 						commitNs.Add(int64(cs.Committed.Sub(u)))
@@ -129,7 +129,7 @@ func BenchmarkRefresh(b *testing.B) {
 		b.Run(fmt.Sprintf("versions=%d", n), func(b *testing.B) {
 			ctx := b.Context()
 			dir := benchFork(b, n)
-			p, err := txn.OpenProducer(ctx, benchOpen(b, dir), txn.ProducerOptions{ID: "p", Strategy: fuzzStrategy(b, "naive"), Logger: benchLogger})
+			p, err := txn.OpenProducer(ctx, benchOpen(b, dir), txn.ProducerOptions{ID: "p", Solo: true, Logger: benchLogger})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -311,11 +311,8 @@ func newBenchBuilder(ctx context.Context) (*benchBuilder, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := txn.NewStrategy("naive") // one TGB per version
-	if err != nil {
-		return nil, err
-	}
-	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p", Strategy: s, Logger: benchLogger})
+	// One TGB per version.
+	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "p", Solo: true, Logger: benchLogger})
 	if err != nil {
 		return nil, err
 	}

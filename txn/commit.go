@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"time"
+		"time"
 
 	"github.com/lakestream/lakestream/store"
 )
@@ -35,6 +34,9 @@ const (
 func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger) (outcome, error) {
 	if v.Version != st.Version+1 {
 		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
+	}
+	if err := l.Config.checkWritable(); err != nil {
+		return 0, err
 	}
 	// gc deletes versions older than LogRetention once a snapshot covers
 	// them: creating v+1 on a state that old could re-create a deleted
@@ -131,7 +133,7 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 		if err != nil || v == nil {
 			return nil, err
 		}
-		v.Format = FormatVersion
+		v.Format = l.Config.writerVersion()
 		v.Version = st.Version + 1
 		v.Time = time.Now().UTC()
 		if v.Txn == "" {
@@ -161,43 +163,5 @@ func (l *Log) maybeSnapshot(ctx context.Context, st *State, log *slog.Logger) {
 	}
 	if err := l.WriteSnapshot(ctx, st); err != nil {
 		log.Warn("snapshot not written; readers will read more versions", "version", st.Version, "err", err)
-	}
-}
-
-// backoff is capped exponential backoff with full jitter, for transient
-// store errors.
-type backoff struct {
-	next time.Duration
-}
-
-const (
-	backoffMin = 20 * time.Millisecond
-	backoffMax = 5 * time.Second
-)
-
-func newBackoff() *backoff { return &backoff{next: backoffMin} }
-
-func (b *backoff) wait(ctx context.Context) error {
-	d := time.Duration(rand.Int64N(int64(b.next)) + 1)
-	b.next = min(b.next*2, backoffMax)
-	return sleep(ctx, d)
-}
-
-// waitShort spreads retries after a lost race over a few milliseconds.
-func (b *backoff) waitShort(ctx context.Context) error {
-	return sleep(ctx, time.Duration(rand.Int64N(int64(5*time.Millisecond))))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

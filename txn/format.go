@@ -10,9 +10,20 @@ import (
 	"time"
 )
 
-// FormatVersion is the on-store format this code reads and writes
-// (docs/FORMAT.md). Readers refuse anything else.
-const FormatVersion = 2
+// FormatVersion is the newest on-store format this build reads and writes
+// (docs/FORMAT.md), and the one new streams get. Like Delta Lake's protocol
+// versions, a stream records the reader and writer versions it needs
+// (StreamConfig): this build reads a stream whose reader version is at most
+// FormatVersion, and writes to one whose writer version is. Format 2
+// streams (each producer commits only its own TGBs; TGB objects without a
+// self-description) keep working: this build writes them as format 2.
+// Format 3 adds the combining commit: a version may carry any registered
+// producer's announced TGBs, found through the self-description at the end
+// of each TGB object (announce.go).
+const FormatVersion = 3
+
+// minFormat is the oldest format this build reads and writes.
+const minFormat = 2
 
 // Object keys under the stream root.
 const (
@@ -29,12 +40,6 @@ func VersionKey(v uint64) string { return fmt.Sprintf("_log/%020d.json", v) }
 // SnapshotKey is the snapshot object of version v.
 func SnapshotKey(v uint64) string { return fmt.Sprintf("_log/%020d.snap.json", v) }
 
-// ObjectKey is the one data object of a TGB: every rank's files, the
-// shared step-level files and the index that says where each rank's are.
-func ObjectKey(producer string, epoch, seq uint64) string {
-	return fmt.Sprintf("data/%s/%d/%d/tgb.pack", producer, epoch, seq)
-}
-
 // ErrCorrupt classifies every record that fails validation: garbage,
 // unknown format, gaps, duplicated steps, bad names.
 var ErrCorrupt = errors.New("corrupt or foreign log record")
@@ -42,7 +47,14 @@ var ErrCorrupt = errors.New("corrupt or foreign log record")
 // StreamConfig is _stream.json, written once by Create. Fields changed
 // later through config actions live in State.Config.
 type StreamConfig struct {
-	Format    int       `json:"format"`
+	// Format is the stream's format: what binaries from before protocol
+	// versions check (they refuse any other), so it is the highest of the
+	// two versions below.
+	Format int `json:"format"`
+	// ReaderVersion and WriterVersion: the oldest code that may read, and
+	// that may write, the stream (absent before format 3: both are Format).
+	ReaderVersion int       `json:"reader_version,omitempty"`
+	WriterVersion int       `json:"writer_version,omitempty"`
 	StreamID  string    `json:"stream_id"`
 	Ranks     int       `json:"ranks"`
 	FirstStep int64     `json:"first_step"`
@@ -68,10 +80,45 @@ const (
 	maxPathLen               = 4096
 )
 
+// readerVersion and writerVersion are the stream's protocol versions.
+func (c *StreamConfig) readerVersion() int {
+	if c.ReaderVersion == 0 {
+		return c.Format
+	}
+	return c.ReaderVersion
+}
+
+func (c *StreamConfig) writerVersion() int {
+	if c.WriterVersion == 0 {
+		return c.Format
+	}
+	return c.WriterVersion
+}
+
+// combining reports whether the stream's records and objects are format 3
+// or newer: versions carry any producer's TGBs, and TGB objects end with a
+// self-description.
+func (c *StreamConfig) combining() bool { return c.writerVersion() >= 3 }
+
+// checkWritable refuses a stream that needs a newer writer than this build.
+func (c *StreamConfig) checkWritable() error {
+	if w := c.writerVersion(); w > FormatVersion {
+		return fmt.Errorf("%w: the stream needs writer version %d, this build writes up to %d; upgrade lakestream to write to it (reading it works)", ErrNewerFormat, w, FormatVersion)
+	}
+	return nil
+}
+
+// ErrNewerFormat: the stream was made by a newer build than this one.
+var ErrNewerFormat = errors.New("stream format is newer than this build")
+
 func (c *StreamConfig) validate() error {
-	switch {
-	case c.Format != FormatVersion:
-		return fmt.Errorf("format version %d, this build reads %d; upgrade lakestream", c.Format, FormatVersion)
+	switch r := c.readerVersion(); {
+	case c.Format < minFormat:
+		return fmt.Errorf("format version %d is no longer read (this build reads %d-%d); copy the data into a new stream", c.Format, minFormat, FormatVersion)
+	case r > FormatVersion:
+		return fmt.Errorf("%w: the stream needs reader version %d, this build reads up to %d; upgrade lakestream", ErrNewerFormat, r, FormatVersion)
+	case r < minFormat || c.writerVersion() < r || c.Format != max(r, c.writerVersion()):
+		return fmt.Errorf("format %d with reader version %d and writer version %d is not a valid combination", c.Format, r, c.writerVersion())
 	case c.Ranks < 1 || c.Ranks > MaxRanks:
 		return fmt.Errorf("ranks %d out of range [1,%d]", c.Ranks, MaxRanks)
 	case c.FirstStep < 0:
@@ -99,11 +146,15 @@ type Version struct {
 
 	// Register bumps Writer.Producer's epoch to Writer.Epoch.
 	Register *Register `json:"register,omitempty"`
-	// TGBs added, with their assigned steps, in step order. All are the
-	// writer's and their seqs follow the producer's previous seq.
+	// TGBs added, with their assigned steps, in step order. Each TGB's seq
+	// follows its producer's previous seq (in the state, or earlier in this
+	// list) and its epoch is its producer's registered one. From format 3
+	// they may be any registered producer's (the combining commit); in
+	// format 2 all are the writer's.
 	TGBs []*TGB `json:"tgbs,omitempty"`
-	// Producer is the writer's state after this version, set whenever TGBs
-	// are added.
+	// Producer is the writer's state after this version (format 2 only, set
+	// whenever TGBs are added). From format 3 each producer's seq and
+	// cursor are those of its last TGB in the version.
 	Producer *ProducerUpdate `json:"producer,omitempty"`
 	// Checkpoints records durable training checkpoints after these steps.
 	Checkpoints []int64 `json:"checkpoints,omitempty"`
@@ -164,8 +215,10 @@ type TGB struct {
 //
 //	[0, Data)        the regions, rank 0 first, files concatenated
 //	[Data, Table)    one JSON section per region: its files and chunk CRCs
-//	[Table, Size)    the table: per region its offset, size, section and
+//	[Table, End)     the table: per region its offset, size, section and
 //	                 section CRC; its own CRC is TableCRC
+//	[Footer, Size)   format 3: the self-description (announce.go); End is
+//	                 Footer. Format 2 objects end with the table (Footer 0).
 //
 // The log holds only this, so a step costs the log the same few hundred
 // bytes at any number of ranks and files; a reader of rank r fetches the
@@ -176,6 +229,15 @@ type Object struct {
 	Data     int64  `json:"data"`
 	Table    int64  `json:"table"`
 	TableCRC uint32 `json:"table_crc"`
+	Footer   int64  `json:"footer,omitempty"`
+}
+
+// tableEnd is where the object's table ends.
+func (o *Object) tableEnd() int64 {
+	if o.Footer > 0 {
+		return o.Footer
+	}
+	return o.Size
 }
 
 // Pack is one rank's (or the shared files') region of a data object: files
@@ -294,8 +356,8 @@ func DecodeVersion(b []byte, wantVersion uint64, cfg *StreamConfig) (*Version, e
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the version record", ErrCorrupt)
 	}
-	if v.Format != FormatVersion {
-		return nil, fmt.Errorf("%w: format version %d, this build reads %d", ErrCorrupt, v.Format, FormatVersion)
+	if v.Format != cfg.writerVersion() {
+		return nil, fmt.Errorf("%w: format version %d in a stream of writer version %d", ErrCorrupt, v.Format, cfg.writerVersion())
 	}
 	if v.Version != wantVersion {
 		return nil, fmt.Errorf("%w: record says version %d, its key says %d", ErrCorrupt, v.Version, wantVersion)
@@ -315,33 +377,58 @@ func (v *Version) validateShape(cfg *StreamConfig) error {
 			return err
 		}
 	}
-	if len(v.TGBs) > 0 && (v.Writer.Producer == "" || v.Producer == nil) {
-		return errors.New("TGBs without a writing producer and its state")
+	if v.Register != nil && len(v.TGBs) > 0 {
+		return errors.New("register and TGBs in one version")
+	}
+	if len(v.TGBs) > 0 && v.Writer.Producer == "" {
+		return errors.New("TGBs without a writing producer")
+	}
+	if err := v.validateProducers(); err != nil {
+		return err
+	}
+	for _, t := range v.TGBs {
+		if t == nil {
+			return errors.New("null TGB")
+		}
+		if err := ValidateProducerID(t.Producer); err != nil {
+			return fmt.Errorf("step %d: %w", t.Step, err)
+		}
+		if err := t.validateObject(cfg); err != nil {
+			return err
+		}
+	}
+	if v.Config != nil && v.Config.RetainCheckpoints < 0 {
+		return errors.New("negative retain_checkpoints")
+	}
+	return nil
+}
+
+// validateProducers checks who a version's TGBs may belong to and how the
+// producers' states move: in format 2, all TGBs are the writer's and the
+// `producer` field carries its new seq and cursor; from format 3, TGBs may
+// be anyone's and each carries its own cursor.
+func (v *Version) validateProducers() error {
+	if v.Format >= 3 {
+		if v.Producer != nil {
+			return errors.New("a format 3 record has no producer field; each TGB carries its cursor")
+		}
+		return nil
+	}
+	if len(v.TGBs) > 0 && v.Producer == nil {
+		return errors.New("TGBs without the writing producer's state")
 	}
 	if v.Producer != nil && len(v.TGBs) == 0 {
 		// Only TGBs move a producer's seq and cursor; anything else could
 		// rewind a seq and make the producer overwrite committed packs.
 		return errors.New("producer state without TGBs")
 	}
-	if v.Register != nil && len(v.TGBs) > 0 {
-		return errors.New("register and TGBs in one version")
-	}
 	for _, t := range v.TGBs {
-		if t == nil {
-			return errors.New("null TGB")
-		}
-		if t.Producer != v.Writer.Producer || t.Epoch != v.Writer.Epoch {
-			return fmt.Errorf("step %d: TGB of %s/%d in a version written by %s/%d", t.Step, t.Producer, t.Epoch, v.Writer.Producer, v.Writer.Epoch)
-		}
-		if err := t.validateObject(cfg); err != nil {
-			return err
+		if t != nil && (t.Producer != v.Writer.Producer || t.Epoch != v.Writer.Epoch) {
+			return fmt.Errorf("step %d: TGB of %s/%d in a format 2 version written by %s/%d", t.Step, t.Producer, t.Epoch, v.Writer.Producer, v.Writer.Epoch)
 		}
 	}
-	if v.Producer != nil && len(v.TGBs) > 0 && v.Producer.Seq != v.TGBs[len(v.TGBs)-1].Seq {
+	if v.Producer != nil && v.TGBs[len(v.TGBs)-1] != nil && v.Producer.Seq != v.TGBs[len(v.TGBs)-1].Seq {
 		return fmt.Errorf("producer seq %d is not the last TGB's seq %d", v.Producer.Seq, v.TGBs[len(v.TGBs)-1].Seq)
-	}
-	if v.Config != nil && v.Config.RetainCheckpoints < 0 {
-		return errors.New("negative retain_checkpoints")
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func newFuzzLog(f *testing.F) *fuzzLog {
 		f.Fatal(err)
 	}
 	produce := func(id string, batches ...txn.Batch) {
-		txntest.Produce(f, l, txn.ProducerOptions{ID: id, Strategy: fuzzStrategy(f, "naive")}, batches...)
+		txntest.Produce(f, l, txn.ProducerOptions{ID: id, Solo: true}, batches...)
 	}
 	bytesOf := func(n int, seed byte) []byte {
 		b := make([]byte, n)
@@ -392,11 +392,3 @@ func fuzzJSON(t testing.TB, x any) []byte {
 	return b
 }
 
-func fuzzStrategy(t testing.TB, name string) txn.Strategy {
-	t.Helper()
-	s, err := txn.NewStrategy(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}

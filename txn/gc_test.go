@@ -494,7 +494,7 @@ func TestGCLog(t *testing.T) {
 			ctx := t.Context()
 			s := open(t)
 			l := newLog(t, s, txn.CreateOptions{Ranks: 1, ChunkSize: 4096, SnapshotEvery: 10, RetainCheckpoints: 2})
-			txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 55, 1)...) // one version each
+			txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Solo: true}, batchesFor("p", 1, 55, 1)...) // one version each
 			gcCheckpoints(t, l, 20, 40)
 			gcRun(t, l, gcAt(gcGrace+time.Minute)) // reclaim below 21 and purge
 			gcProduce(t, l, "p", 7)
@@ -684,7 +684,7 @@ func TestGCRacesCommits(t *testing.T) {
 			if reclaiming < 3 || racing < total/32 {
 				t.Fatalf("%d gc rounds ran while the producer committed, %d of them reclaimed steps: the test did not exercise the race", racing, reclaiming)
 			}
-			if pf.Injected(store.OpCreate) == 0 || pf.Injected(store.OpPut) == 0 || gf.Injected(store.OpDelete)+gf.Injected(store.OpCreate) == 0 {
+			if pf.Injected(store.OpCreate) == 0 || gf.Injected(store.OpDelete)+gf.Injected(store.OpCreate) == 0 {
 				t.Fatal("no faults were injected")
 			}
 			t.Logf("faults injected: producer create %d put %d get %d; gc create %d delete %d",
@@ -705,7 +705,7 @@ func TestGCLogConcurrentLoadStaleHint(t *testing.T) {
 	mem := store.NewMem()
 	l := newLog(t, mem, txn.CreateOptions{Ranks: 1, ChunkSize: 4096, SnapshotEvery: 10})
 	// Versions 1-36, snapshots 10, 20, 30.
-	txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Strategy: mustStrategy(t, "naive")}, batchesFor("p", 1, 35, 1)...)
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p", Solo: true}, batchesFor("p", 1, 35, 1)...)
 	head := txntest.Load(t, l).Version
 	if err := store.PutBytes(ctx, mem, txn.HintKey, []byte("20\n")); err != nil {
 		t.Fatal(err)

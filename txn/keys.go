@@ -31,19 +31,3 @@ func parseLogKey(key, suffix string) (uint64, bool) {
 	v, err := strconv.ParseUint(num, 10, 64)
 	return v, err == nil
 }
-
-// ParseDataKey returns whose upload an object under data/ is:
-// data/<producer>/<epoch>/<seq>/<name>, the directory of ObjectKey's pack
-// with any file name (an upload may write others).
-func ParseDataKey(key string) (producer string, epoch, seq uint64, ok bool) {
-	parts := strings.Split(strings.TrimPrefix(key, DataPrefix), "/")
-	if !strings.HasPrefix(key, DataPrefix) || len(parts) != 4 || parts[0] == "" || parts[3] == "" {
-		return "", 0, 0, false
-	}
-	epoch, err1 := strconv.ParseUint(parts[1], 10, 64)
-	seq, err2 := strconv.ParseUint(parts[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
-	}
-	return parts[0], epoch, seq, true
-}

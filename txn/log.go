@@ -53,6 +53,8 @@ type CreateOptions struct {
 func Create(ctx context.Context, s store.Store, o CreateOptions) (*Log, error) {
 	cfg := StreamConfig{
 		Format:            FormatVersion,
+		ReaderVersion:     FormatVersion,
+		WriterVersion:     FormatVersion,
 		StreamID:          randomID(),
 		Ranks:             o.Ranks,
 		FirstStep:         o.FirstStep,
@@ -100,6 +102,9 @@ func Open(ctx context.Context, s store.Store) (*Log, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, StreamKey, err)
 	}
 	if err := cfg.validate(); err != nil {
+		if errors.Is(err, ErrNewerFormat) {
+			return nil, fmt.Errorf("%s: %w", StreamKey, err)
+		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, StreamKey, err)
 	}
 	return &Log{Store: s, Config: cfg}, nil

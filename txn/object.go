@@ -181,7 +181,13 @@ func (t *TGB) validateObject(cfg *StreamConfig) error {
 	if want := ObjectKey(t.Producer, t.Epoch, t.Seq); o.Key != want {
 		return fmt.Errorf("step %d: object key %q, want %q", t.Step, o.Key, want)
 	}
-	if n := o.Size - o.Table; o.Data < 0 || o.Table < o.Data || (n != tableSize(cfg.Ranks) && n != tableSize(cfg.Ranks+1)) {
+	if cfg.combining() != (o.Footer > 0) {
+		return fmt.Errorf("step %d: object %s: footer at %d in a stream of writer version %d", t.Step, o.Key, o.Footer, cfg.writerVersion())
+	}
+	if o.Footer > 0 && (o.Footer > o.Size || o.Size-o.Footer > maxFooter) {
+		return fmt.Errorf("step %d: object %s: footer at %d of %d bytes out of bounds", t.Step, o.Key, o.Footer, o.Size)
+	}
+	if n := o.tableEnd() - o.Table; o.Data < 0 || o.Table < o.Data || (n != tableSize(cfg.Ranks) && n != tableSize(cfg.Ranks+1)) {
 		return fmt.Errorf("step %d: object %s: data %d, table %d, size %d out of order or out of bounds", t.Step, o.Key, o.Data, o.Table, o.Size)
 	}
 	return nil
@@ -199,6 +205,8 @@ type objectWriter struct {
 	entries []entry // offsets and section lengths, from layout
 	data    int64
 	table   int64
+	footer  int64         // where the self-description starts (0: none, format 2)
+	desc    *announcement // nil: none
 	size    int64
 
 	i     int           // current region
@@ -206,9 +214,13 @@ type objectWriter struct {
 	packs []*Pack       // finished regions
 }
 
-// newObjectWriter lays out a TGB's object from its files' names and sizes.
-func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chunkSize int64) (*objectWriter, error) {
-	w := &objectWriter{key: key, chunk: chunkSize, shared: len(shared) > 0}
+// newObjectWriter lays out a TGB's object from its files' names and sizes,
+// and checks them as a reader will, so that what reaches the store is valid
+// before it is visible (a file that changes while it is read fails the
+// stream before its last byte, and so the write). desc, if not nil, is the
+// self-description to end the object with; its TableCRC is filled in.
+func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chunkSize int64, desc *announcement) (*objectWriter, error) {
+	w := &objectWriter{key: key, chunk: chunkSize, shared: len(shared) > 0, desc: desc}
 	sets := ranks
 	if w.shared {
 		sets = append(sets[:len(sets):len(sets)], shared)
@@ -227,6 +239,15 @@ func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chun
 			size += f.Size
 		}
 		placeholder.Chunks = make([]uint32, (size+chunkSize-1)/chunkSize)
+		placeholder.Size = size
+		isShared := w.shared && len(w.regions) == len(sets)
+		if err := validatePack(placeholder, chunkSize, isShared); err != nil {
+			what := fmt.Sprintf("rank %d", len(w.regions)-1)
+			if isShared {
+				what = "shared files"
+			}
+			return nil, fmt.Errorf("%w: %s: %v", ErrSource, what, err)
+		}
 		sec, err := json.Marshal(sectionOf(placeholder))
 		if err != nil {
 			return nil, err
@@ -241,6 +262,11 @@ func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chun
 	}
 	w.table = off
 	w.size = off + tableSize(len(w.entries))
+	if desc != nil {
+		desc.Data, desc.Table = w.data, w.table
+		w.footer = w.size
+		w.size += int64(len(desc.encodeFooter())) // TableCRC is fixed-width
+	}
 	return w, nil
 }
 
@@ -288,10 +314,14 @@ func (w *objectWriter) buildIndex() error {
 		buf.Write(sec)
 	}
 	tb := w.encodeTable()
-	if int64(buf.Len()+len(tb)) != w.size-w.data {
-		return fmt.Errorf("internal: index is %d bytes, laid out as %d", buf.Len()+len(tb), w.size-w.data)
-	}
 	buf.Write(tb)
+	if w.desc != nil {
+		w.desc.TableCRC = hexCRC(CRC32C(tb))
+		buf.Write(w.desc.encodeFooter())
+	}
+	if int64(buf.Len()) != w.size-w.data {
+		return fmt.Errorf("internal: index is %d bytes, laid out as %d", buf.Len(), w.size-w.data)
+	}
 	w.index = bytes.NewReader(buf.Bytes())
 	return nil
 }
@@ -323,7 +353,7 @@ func (w *objectWriter) finish() (*Object, []*Pack, *Pack, error) {
 		pk.Off = w.entries[i].Off
 	}
 	tb := w.encodeTable()
-	obj := &Object{Key: w.key, Size: w.size, Data: w.data, Table: w.table, TableCRC: CRC32C(tb)}
+	obj := &Object{Key: w.key, Size: w.size, Data: w.data, Table: w.table, TableCRC: CRC32C(tb), Footer: w.footer}
 	ranks, shared := w.packs, (*Pack)(nil)
 	if w.shared {
 		ranks, shared = w.packs[:len(w.packs)-1], w.packs[len(w.packs)-1]
@@ -331,14 +361,20 @@ func (w *objectWriter) finish() (*Object, []*Pack, *Pack, error) {
 	return obj, ranks, shared, nil
 }
 
-// uploadObject writes a TGB's files as its one data object.
-func uploadObject(ctx context.Context, s store.Store, key string, ranks [][]FileSource, shared []FileSource, chunkSize int64) (*Object, []*Pack, *Pack, error) {
-	w, err := newObjectWriter(key, ranks, shared, chunkSize)
+// uploadObject writes a TGB's files as its one data object: with Create
+// (create-if-absent) when desc is set, the format 3 announcement, which
+// must never replace anything; with Put for format 2.
+func uploadObject(ctx context.Context, s store.Store, key string, ranks [][]FileSource, shared []FileSource, chunkSize int64, desc *announcement) (*Object, []*Pack, *Pack, error) {
+	w, err := newObjectWriter(key, ranks, shared, chunkSize, desc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer w.close()
-	if err := s.Put(ctx, key, w, w.size); err != nil {
+	write := s.Put
+	if desc != nil {
+		write = s.Create
+	}
+	if err := write(ctx, key, w, w.size); err != nil {
 		return nil, nil, nil, err
 	}
 	return w.finish()
@@ -362,11 +398,11 @@ func (l *Log) ReadIndex(ctx context.Context, t *TGB) (*Index, error) {
 	if err := t.validateObject(&l.Config); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	from := o.Table
-	if o.Size-o.Data <= smallIndex {
+	from, end := o.Table, o.tableEnd()
+	if end-o.Data <= smallIndex {
 		from = o.Data
 	}
-	raw, err := getRange(ctx, l.Store, o.Key, from, o.Size-from)
+	raw, err := getRange(ctx, l.Store, o.Key, from, end-from)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +507,7 @@ func (l *Log) Packs(ctx context.Context, t *TGB) ([]*Pack, *Pack, error) {
 	if ix.raw0 > ix.obj.Data {
 		// A large index: fetch the sections in one read rather than one
 		// GET each.
-		if ix.raw, err = getRange(ctx, l.Store, ix.obj.Key, ix.obj.Data, ix.obj.Size-ix.obj.Data); err != nil {
+		if ix.raw, err = getRange(ctx, l.Store, ix.obj.Key, ix.obj.Data, ix.obj.tableEnd()-ix.obj.Data); err != nil {
 			return nil, nil, err
 		}
 		ix.raw0 = ix.obj.Data

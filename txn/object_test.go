@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -211,9 +212,10 @@ func TestLogRecordBounded(t *testing.T) {
 
 // objIndex is an object's index taken apart, for tests that break it.
 type objIndex struct {
-	data []byte // [0, Data)
-	secs [][]byte
-	tb   table
+	data   []byte // [0, Data)
+	secs   [][]byte
+	tb     table
+	footer []byte // [Footer, Size)
 }
 
 func splitObject(t *testing.T, l *Log, tgb *TGB) *objIndex {
@@ -225,9 +227,10 @@ func splitObject(t *testing.T, l *Log, tgb *TGB) *objIndex {
 	o := tgb.Object
 	ix := &objIndex{data: b[:o.Data]}
 	var err2 error
-	if ix.tb, err2 = decodeTable(b[o.Table:]); err2 != nil {
+	if ix.tb, err2 = decodeTable(b[o.Table:o.tableEnd()]); err2 != nil {
 		t.Fatal(err2)
 	}
+	ix.footer = b[o.tableEnd():]
 	for _, e := range append(ix.tb.Ranks, *ix.tb.Shared) {
 		ix.secs = append(ix.secs, b[e.Sec:e.Sec+e.Len])
 	}
@@ -260,11 +263,13 @@ func (ix *objIndex) write(t *testing.T, l *Log, tgb *TGB, keepCRC bool) *TGB {
 	tableOff := int64(buf.Len())
 	tbBytes := tb.encode()
 	buf.Write(tbBytes)
+	footer := int64(buf.Len())
+	buf.Write(ix.footer) // readers of the index never look at it
 	if err := store.PutBytes(t.Context(), l.Store, tgb.Object.Key, buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	c := *tgb
-	c.Object = &Object{Key: tgb.Object.Key, Size: int64(buf.Len()), Data: int64(len(ix.data)), Table: tableOff, TableCRC: CRC32C(tbBytes)}
+	c.Object = &Object{Key: tgb.Object.Key, Size: int64(buf.Len()), Data: int64(len(ix.data)), Table: tableOff, TableCRC: CRC32C(tbBytes), Footer: footer}
 	return &c
 }
 
@@ -276,13 +281,16 @@ func rewriteTable(t *testing.T, l *Log, c *TGB, edit func(*table)) *TGB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := decodeTable(b[c.Object.Table:])
+	tb, err := decodeTable(b[c.Object.Table:c.Object.tableEnd()])
 	if err != nil {
 		t.Fatal(err)
 	}
+	footer := slices.Clone(b[c.Object.tableEnd():])
 	edit(&tb)
 	tbb := tb.encode()
 	b = append(b[:c.Object.Table], tbb...)
+	c.Object.Footer = int64(len(b))
+	b = append(b, footer...)
 	if err := store.PutBytes(t.Context(), l.Store, c.Object.Key, b); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +367,7 @@ func TestCorruptIndex(t *testing.T) {
 			return rewriteTable(t, l, ix.write(t, l, good, false), func(tb *table) { tb.Ranks[0].Len = 1 << 30 })
 		}, "section 0"},
 		{"truncated object", 0, func(ix *objIndex) *TGB {
-			if err := store.PutBytes(t.Context(), l.Store, good.Object.Key, pristine[:good.Object.Size-3]); err != nil {
+			if err := store.PutBytes(t.Context(), l.Store, good.Object.Key, pristine[:good.Object.tableEnd()-3]); err != nil {
 				t.Fatal(err)
 			}
 			return good
@@ -410,7 +418,7 @@ func FuzzIndex(f *testing.F) {
 	for r := range 2 {
 		b.Ranks = append(b.Ranks, []FileSource{objFile(r, 0, 5000), objFile(r, 1, 10)})
 	}
-	w, err := newObjectWriter(ObjectKey("p", 1, 1), b.Ranks, b.Shared, 4096)
+	w, err := newObjectWriter(ObjectKey("p", 1, 1), b.Ranks, b.Shared, 4096, &announcement{Producer: "p", Epoch: 1, Seq: 1})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -536,7 +544,7 @@ func FuzzStreamConfig(f *testing.F) {
 			return
 		}
 		c := l.Config
-		if c.Format != FormatVersion || c.Ranks < 1 || c.Ranks > MaxRanks || c.FirstStep < 0 || c.ChunkSize < 4096 || c.SnapshotEvery < 1 || c.RetainCheckpoints < 1 {
+		if c.readerVersion() > FormatVersion || c.Format < minFormat || c.Ranks < 1 || c.Ranks > MaxRanks || c.FirstStep < 0 || c.ChunkSize < 4096 || c.SnapshotEvery < 1 || c.RetainCheckpoints < 1 {
 			t.Fatalf("accepted config %+v", c)
 		}
 	})

@@ -24,26 +24,43 @@ type Batch struct {
 
 // ProducerOptions configure a Producer.
 type ProducerOptions struct {
-	ID       string
-	Strategy Strategy // default DAC
-	// UploadParallelism bounds concurrent pack uploads of one Append
-	// (default 8).
-	UploadParallelism int
-	Logger            *slog.Logger
-	// Observe, if set, is called by the committer after each committed
-	// version: attempts it took and TGBs it carried.
+	ID string
+	// Solo commits only this producer's own TGBs, one per version, and
+	// retries a lost race at once: the naive baseline `bench ingest`
+	// compares the combining commit with. Not for production.
+	Solo   bool
+	Logger *slog.Logger
+	// Observe, if set, is called by the committer whenever it creates a
+	// version or learns that some of this producer's TGBs are committed.
 	Observe func(CommitStats)
 }
 
-// CommitStats describes one committed version of a producer.
+// CommitStats reports one step of a producer's progress: a version it
+// created, the TGBs of its own it learned are committed, or both.
 type CommitStats struct {
-	Version  uint64
-	Attempts int
-	TGBs     int
-	// Uploaded is, per TGB, when its data became durable; Committed is when
-	// the version became visible.
+	// Version is the newest version the producer knows.
+	Version uint64
+	// Created: this producer created Version, after Attempts creates
+	// (counting lost races since its previous version), with VersionTGBs
+	// TGBs of any producer in it, Included naming them; Visible is when
+	// the create returned.
+	Created     bool
+	Attempts    int
+	VersionTGBs int
+	Included    []TGBRef  `json:",omitempty"`
+	Visible     time.Time `json:",omitzero"`
+	// TGBs of this producer's own are now committed (by itself or by
+	// another); Uploaded is, per TGB, when its data became durable, and
+	// Committed when this producer learned of the commit.
+	TGBs      int
 	Uploaded  []time.Time
 	Committed time.Time
+}
+
+// TGBRef names one TGB: its producer and seq.
+type TGBRef struct {
+	Producer string `json:"p"`
+	Seq      uint64 `json:"s"`
 }
 
 // Resume is what a (re)started producer continues from.
@@ -76,9 +93,11 @@ func (p *Pending) Wait(ctx context.Context) (int64, error) {
 
 // Producer appends TGBs to a stream under one producer id. Open registers a
 // new incarnation (epoch), which fences every older one. Append uploads a
-// TGB's packs and queues it; one committer goroutine commits the queue in
-// seq order, grouping TGBs per its Strategy. Methods are safe for
-// concurrent use; TGBs commit in the order their Appends were called.
+// TGB's object, which announces it, and queues it; the committer goroutine
+// (combine.go) gets it committed, by this producer or by another one that
+// includes it in a version of its own, and learns which from the log.
+// Methods are safe for concurrent use; a producer's TGBs commit in the
+// order their Appends were called.
 //
 // Lock order: appendMu before mu.
 type Producer struct {
@@ -88,25 +107,32 @@ type Producer struct {
 	epoch    uint64
 	instance string
 	resume   Resume
-	strategy Strategy
-	par      int
 	logger   *slog.Logger
 	observe  func(CommitStats)
 
-	appendMu sync.Mutex // serialises seq assignment and queueing
+	appendMu sync.Mutex // serialises seq assignment, uploads and queueing
+	// limbo is an upload whose outcome is unknown (its Append ended with
+	// the create in flight): resolved by the next Append before it takes
+	// a seq. GUARDED_BY(appendMu).
+	limbo *limboUpload
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when queue, failure or state change
 	nextSeq uint64     // GUARDED_BY(mu)
-	queue   []*Pending // GUARDED_BY(mu): uploaded, not yet committed, seq order
+	queue   []*Pending // GUARDED_BY(mu): uploaded, not yet known committed, seq order
 	failed  error      // GUARDED_BY(mu): set once; every later call returns it
 	closing bool       // GUARDED_BY(mu)
 	status  Status     // GUARDED_BY(mu): the committer's newest state, summarised
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the committer exits
+}
 
-	lastVersion uint64 // the committer's previous own version (committer only)
+// limboUpload is an Append whose create may have landed.
+type limboUpload struct {
+	seq   uint64
+	nonce string
+	batch string
 }
 
 // OpenProducer loads the stream's state, registers a new incarnation of
@@ -116,11 +142,8 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	if err := ValidateProducerID(opts.ID); err != nil {
 		return nil, err
 	}
-	if opts.Strategy == nil {
-		opts.Strategy = NewDAC(DACConfig{})
-	}
-	if opts.UploadParallelism <= 0 {
-		opts.UploadParallelism = 8
+	if err := l.Config.checkWritable(); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -141,6 +164,9 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	if err != nil {
 		return nil, fmt.Errorf("registering producer %s: %w", opts.ID, err)
 	}
+	// st now includes the register, and so every TGB of an older
+	// incarnation that anyone committed before it: that is what this one
+	// resumes from.
 	ps := st.Producers[opts.ID]
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Producer{
@@ -149,8 +175,6 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 		epoch:    v.Writer.Epoch,
 		instance: instance,
 		resume:   Resume{Epoch: ps.Epoch, Seq: ps.Seq, Cursor: ps.Cursor, Recent: slices.Clone(ps.Recent)},
-		strategy: opts.Strategy,
-		par:      opts.UploadParallelism,
 		logger:   logger.With("epoch", v.Writer.Epoch),
 		observe:  opts.Observe,
 		nextSeq:  ps.Seq + 1,
@@ -160,7 +184,8 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.logger.Info("producer registered", "seq", ps.Seq, "cursor", ps.Cursor, "version", st.Version)
-	go p.commitLoop(cctx, st)
+	c := newCommitter(p, st, opts.Solo)
+	go c.run(cctx)
 	return p, nil
 }
 
@@ -210,45 +235,98 @@ func (p *Producer) Err() error {
 	return p.failed
 }
 
-// Append uploads b's packs (retrying transient store errors until ctx
-// ends) and queues the TGB for commit. It returns once the data is durable;
-// Pending.Wait waits for the commit. An error from a source file is
-// ErrSource and leaves nothing queued; the producer stays usable.
+// Append uploads b's object (retrying transient store errors until ctx
+// ends), which announces it, and queues the TGB for commit. It returns once
+// the data is durable; Pending.Wait waits for the commit. An error from a
+// source file is ErrSource and leaves nothing in the store or the queue;
+// the producer stays usable.
 func (p *Producer) Append(ctx context.Context, b Batch) (*Pending, error) {
 	if len(b.Ranks) != p.log.Config.Ranks {
 		return nil, fmt.Errorf("batch %q has %d ranks, the stream has %d", b.Name, len(b.Ranks), p.log.Config.Ranks)
 	}
+	if len(b.Cursor) > maxCursorLen || len(b.Name) > maxNameLen {
+		return nil, fmt.Errorf("%w: batch %.64q: a name over %d bytes or a cursor over %d bytes", ErrSource, b.Name, maxNameLen, maxCursorLen)
+	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	p.mu.Lock()
-	if err := p.failed; err != nil {
-		p.mu.Unlock()
+	if err := p.usable(); err != nil {
 		return nil, err
 	}
-	if p.closing {
-		p.mu.Unlock()
-		return nil, errors.New("producer is closed")
+	if p.limbo != nil {
+		pd, err := p.resolveLimbo(ctx, b.Name)
+		if pd != nil || err != nil {
+			return pd, err
+		}
 	}
+	p.mu.Lock()
 	seq := p.nextSeq
 	p.mu.Unlock()
 
-	tgb, err := p.upload(ctx, seq, b)
+	nonce := randomID()
+	tgb, err := p.upload(ctx, seq, b, nonce)
 	if err != nil {
+		if !errors.Is(err, ErrSource) && !errors.Is(err, store.ErrInvalid) && p.log.Config.combining() {
+			// The create may have landed: then the TGB is announced and may
+			// be committed by anyone, so its seq must not be reused.
+			p.limbo = &limboUpload{seq: seq, nonce: nonce, batch: b.Name}
+		}
 		return nil, err
 	}
-	pd := &Pending{Seq: seq, uploaded: time.Now(), tgb: tgb, done: make(chan struct{})}
+	return p.enqueue(tgb, time.Now())
+}
+
+func (p *Producer) usable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed != nil {
+		return p.failed
+	}
+	if p.closing {
+		return errors.New("producer is closed")
+	}
+	return nil
+}
+
+func (p *Producer) enqueue(tgb *TGB, uploaded time.Time) (*Pending, error) {
+	pd := &Pending{Seq: tgb.Seq, uploaded: uploaded, tgb: tgb, done: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.failed != nil {
 		return nil, p.failed
 	}
-	p.nextSeq++
+	p.nextSeq = tgb.Seq + 1
 	p.queue = append(p.queue, pd)
 	p.cond.Broadcast()
 	return pd, nil
 }
 
-func (p *Producer) upload(ctx context.Context, seq uint64, b Batch) (*TGB, error) {
+// resolveLimbo finds out whether the last failed Append's object exists.
+// If not, its seq is free again. If it does, the TGB is announced: it is
+// queued (it will commit, whoever commits it), and when the caller is
+// appending the same named batch again, that Pending is its answer.
+func (p *Producer) resolveLimbo(ctx context.Context, batch string) (*Pending, error) {
+	lb := p.limbo
+	tgb, nonce, err := p.log.readAnnouncement(ctx, p.id, p.epoch, lb.seq)
+	switch {
+	case errors.Is(err, ErrNotAnnounced):
+		p.limbo = nil
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("finding out whether the interrupted upload of seq %d landed: %w", lb.seq, err)
+	case nonce != lb.nonce:
+		err := fmt.Errorf("%w: %s holds an upload this producer did not make; run one producer per id", ErrFenced, tgb.Object.Key)
+		p.fail(err)
+		return nil, err
+	}
+	p.limbo = nil
+	pd, err := p.enqueue(tgb, time.Now())
+	if err != nil || (batch != "" && batch == lb.batch) {
+		return pd, err
+	}
+	return nil, nil
+}
+
+func (p *Producer) upload(ctx context.Context, seq uint64, b Batch, nonce string) (*TGB, error) {
 	for _, files := range append(slices.Clone(b.Ranks), b.Shared) {
 		for _, f := range files {
 			if err := ValidateName(f.Name); err != nil {
@@ -260,21 +338,26 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch) (*TGB, error
 	key := ObjectKey(p.id, p.epoch, seq)
 	bo := newBackoff()
 	for {
-		obj, ranks, shared, err := uploadObject(ctx, p.log.Store, key, b.Ranks, b.Shared, p.log.Config.ChunkSize)
+		var desc *announcement
+		if p.log.Config.combining() {
+			desc = &announcement{Producer: p.id, Epoch: p.epoch, Seq: seq, Batch: b.Name, Cursor: b.Cursor, Nonce: nonce}
+		}
+		obj, _, _, err := uploadObject(ctx, p.log.Store, key, b.Ranks, b.Shared, p.log.Config.ChunkSize, desc)
 		if err == nil {
-			// The regions passed the same checks a reader applies.
-			for r, pk := range ranks {
-				if err := validatePack(pk, p.log.Config.ChunkSize, false); err != nil {
-					return nil, fmt.Errorf("%w: batch %q rank %d: %v", ErrSource, b.Name, r, err)
-				}
-			}
-			if shared != nil {
-				if err := validatePack(shared, p.log.Config.ChunkSize, true); err != nil {
-					return nil, fmt.Errorf("%w: batch %q shared files: %v", ErrSource, b.Name, err)
-				}
-			}
 			tgb.Object = obj
 			return tgb, nil
+		}
+		if errors.Is(err, store.ErrExists) {
+			// An earlier attempt whose outcome was unknown landed: the
+			// object is ours if it carries this Append's nonce.
+			got, gotNonce, rerr := p.log.readAnnouncement(ctx, p.id, p.epoch, seq)
+			if rerr == nil && gotNonce == nonce {
+				return got, nil
+			}
+			if rerr == nil {
+				return nil, fmt.Errorf("%w: %s holds an upload this producer did not make; run one producer per id", ErrFenced, key)
+			}
+			err = rerr
 		}
 		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || ctx.Err() != nil {
 			return nil, fmt.Errorf("uploading %s: %w", key, err)
@@ -336,205 +419,3 @@ func (p *Producer) fail(err error) {
 	p.cond.Broadcast()
 }
 
-// waitQueued waits until the queue is non-empty; false means the producer
-// is stopping.
-func (p *Producer) waitQueued() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.queue) == 0 && !p.closing && p.failed == nil {
-		p.cond.Wait()
-	}
-	return p.failed == nil && len(p.queue) > 0
-}
-
-// peek returns up to max queued TGBs without waiting.
-func (p *Producer) peek(max int) []*Pending {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.queue[:min(max, len(p.queue))])
-}
-
-// groupFull reports whether the queue holds a whole group.
-func (p *Producer) groupFull() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queue) >= p.strategy.MaxGroup()
-}
-
-// commitLoop is the committer. It owns st.
-func (p *Producer) commitLoop(ctx context.Context, st *State) {
-	defer close(p.done)
-	// cond.Wait cannot watch ctx; wake it when ctx ends.
-	stop := context.AfterFunc(ctx, func() {
-		p.mu.Lock()
-		p.closing = true
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	})
-	defer stop()
-	last := time.Time{}
-	for {
-		if !p.waitQueued() {
-			return
-		}
-		// Pace attempts, except when the group is already full: waiting
-		// could not make it larger, only later.
-		if wait := time.Until(last.Add(p.strategy.Delay())); wait > 0 && !p.groupFull() {
-			if err := sleep(ctx, wait); err != nil {
-				return
-			}
-			// Others committed while we waited: attempt on the newest
-			// state, or the attempt is lost before it is made.
-			if _, err := p.log.refreshRetry(ctx, st, p.logger); err != nil {
-				p.fail(err)
-				return
-			}
-		}
-		if err := p.commitGroup(ctx, st, &last); err != nil {
-			if ctx.Err() == nil {
-				p.logger.Error("producer stopped", "err", err)
-			}
-			p.fail(err)
-			return
-		}
-	}
-}
-
-// commitGroup commits the queue's head (re-read after every lost race, so
-// TGBs queued meanwhile join the group) until one version lands.
-func (p *Producer) commitGroup(ctx context.Context, st *State, last *time.Time) error {
-	attempts := 0
-	for {
-		group := p.peek(p.strategy.MaxGroup())
-		if len(group) == 0 {
-			return nil
-		}
-		if err := p.checkFence(st); err != nil {
-			return err
-		}
-		group = p.dropCommitted(st, group)
-		if len(group) == 0 {
-			continue
-		}
-		v := p.build(st, group)
-		attempts++
-		*last = time.Now()
-		started := *last
-		out, err := p.log.tryCommit(ctx, st, v, p.logger)
-		if err != nil {
-			return err
-		}
-		if out == lostRace {
-			p.strategy.Conflict()
-			p.publish(st)
-			if d := p.strategy.Delay(); d > 0 {
-				// Back off, then read what landed meanwhile, so the retry
-				// is made on the newest state rather than one d old.
-				if err := sleep(ctx, d); err != nil {
-					return err
-				}
-				if _, err := p.log.refreshRetry(ctx, st, p.logger); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		p.strategy.Success()
-		now := time.Now()
-		if pc, ok := p.strategy.(Pacer); ok {
-			if p.lastVersion > 0 {
-				pc.Committed(now.Sub(started), int(v.Version-p.lastVersion-1))
-			}
-		}
-		p.lastVersion = v.Version
-		p.log.maybeSnapshot(ctx, st, p.logger)
-		p.complete(st, group)
-		if p.observe != nil {
-			cs := CommitStats{Version: v.Version, Attempts: attempts, TGBs: len(group), Committed: now}
-			for _, pd := range group {
-				cs.Uploaded = append(cs.Uploaded, pd.uploaded)
-			}
-			p.observe(cs)
-		}
-		return nil
-	}
-}
-
-// checkFence fails if a newer incarnation registered.
-func (p *Producer) checkFence(st *State) error {
-	if ps := st.Producers[p.id]; ps == nil || ps.Epoch != p.epoch || ps.Instance != p.instance {
-		epoch := uint64(0)
-		if ps != nil {
-			epoch = ps.Epoch
-		}
-		return fmt.Errorf("%w: %s epoch %d, the stream has epoch %d (another process registered this producer id; run one producer per id)", ErrFenced, p.id, p.epoch, epoch)
-	}
-	return nil
-}
-
-// dropCommitted completes queued TGBs that the state already holds. With
-// create outcomes resolved by reading this does not happen; it is the
-// idempotence check that makes a rebase safe even if it did.
-func (p *Producer) dropCommitted(st *State, group []*Pending) []*Pending {
-	seq := st.Producers[p.id].Seq
-	n := 0
-	for n < len(group) && group[n].Seq <= seq {
-		n++
-	}
-	if n > 0 {
-		p.complete(st, group[:n])
-	}
-	return group[n:]
-}
-
-// build makes the version that appends group to st.
-func (p *Producer) build(st *State, group []*Pending) *Version {
-	v := &Version{
-		Format:  FormatVersion,
-		Version: st.Version + 1,
-		Writer:  Writer{Producer: p.id, Epoch: p.epoch},
-		Time:    time.Now().UTC(),
-		Txn:     randomID(),
-	}
-	next := st.NextStep()
-	for i, pd := range group {
-		t := *pd.tgb // a fresh copy per attempt: Apply stamps the time
-		t.Step = next + int64(i)
-		t.Time = v.Time
-		v.TGBs = append(v.TGBs, &t)
-	}
-	lastT := v.TGBs[len(v.TGBs)-1]
-	v.Producer = &ProducerUpdate{Seq: lastT.Seq, Cursor: lastT.Cursor}
-	return v
-}
-
-// complete resolves the queued TGBs that st now holds and removes them
-// from the queue.
-func (p *Producer) complete(st *State, group []*Pending) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pd := range group {
-		pd.step = -1
-		// The committed TGBs are the newest of this producer; find each by seq.
-		for i := len(st.Steps) - 1; i >= 0; i-- {
-			t := st.Steps[i]
-			if t.Producer == p.id && t.Epoch == p.epoch && t.Seq == pd.Seq {
-				pd.step = t.Step
-				break
-			}
-			if t.Producer == p.id && t.Seq < pd.Seq {
-				break
-			}
-		}
-		close(pd.done)
-	}
-	p.queue = p.queue[len(group):]
-	p.status = summarise(st)
-	p.cond.Broadcast()
-}
-
-func (p *Producer) publish(st *State) {
-	p.mu.Lock()
-	p.status = summarise(st)
-	p.mu.Unlock()
-}

@@ -66,7 +66,7 @@ type State struct {
 // NewState is the state of a stream with no versions.
 func NewState(cfg StreamConfig) *State {
 	return &State{
-		Format:    FormatVersion,
+		Format:    cfg.writerVersion(),
 		Config:    cfg,
 		LiveFrom:  cfg.FirstStep,
 		Producers: map[string]*ProducerState{},
@@ -139,19 +139,27 @@ func (s *State) check(v *Version) error {
 			return fmt.Errorf("writer %s/%d is not the producer's registered epoch", v.Writer.Producer, v.Writer.Epoch)
 		}
 	}
-	var seq uint64
-	if p != nil {
-		seq = p.Seq
-	}
+	// Each producer's seqs continue its state's, whoever commits them, and
+	// only its registered epoch's TGBs are added: a fenced incarnation's
+	// announcements never enter the log.
+	seqs := map[string]uint64{}
 	next := s.NextStep()
 	for i, t := range v.TGBs {
 		if t.Step != next+int64(i) {
 			return fmt.Errorf("TGB at step %d, the next step is %d (gap or duplicate)", t.Step, next+int64(i))
 		}
+		tp := s.Producers[t.Producer]
+		if tp == nil || tp.Epoch != t.Epoch {
+			return fmt.Errorf("step %d: TGB of %s epoch %d, which is not the producer's registered epoch", t.Step, t.Producer, t.Epoch)
+		}
+		seq, ok := seqs[t.Producer]
+		if !ok {
+			seq = tp.Seq
+		}
 		if t.Seq != seq+1 {
 			return fmt.Errorf("step %d: producer %s seq %d does not follow seq %d", t.Step, t.Producer, t.Seq, seq)
 		}
-		seq = t.Seq
+		seqs[t.Producer] = t.Seq
 	}
 	for _, c := range v.Checkpoints {
 		if head, ok := s.Head(); !ok || c > head+int64(len(v.TGBs)) || c < s.Config.FirstStep {
@@ -185,13 +193,18 @@ func (s *State) apply(v *Version) {
 		if t.Batch != "" {
 			p.Recent = append(p.Recent, t.Batch)
 		}
+		if v.Format >= 3 {
+			p.Seq, p.Cursor = t.Seq, t.Cursor
+		}
 	}
 	if v.Producer != nil {
 		p := s.Producers[v.Writer.Producer]
 		p.Seq = v.Producer.Seq
 		p.Cursor = v.Producer.Cursor
-		if over := len(p.Recent) - maxRecent; over > 0 {
-			p.Recent = slices.Clone(p.Recent[over:])
+	}
+	for _, t := range v.TGBs {
+		if p := s.Producers[t.Producer]; len(p.Recent) > maxRecent {
+			p.Recent = slices.Clone(p.Recent[len(p.Recent)-maxRecent:])
 		}
 	}
 	for _, c := range v.Checkpoints {
@@ -233,8 +246,8 @@ func (s *State) apply(v *Version) {
 
 // validate checks a decoded snapshot's internal consistency.
 func (s *State) validate(cfg *StreamConfig) error {
-	if s.Format != FormatVersion {
-		return fmt.Errorf("format version %d, this build reads %d", s.Format, FormatVersion)
+	if s.Format != cfg.writerVersion() {
+		return fmt.Errorf("format version %d in a stream of writer version %d", s.Format, cfg.writerVersion())
 	}
 	if s.Config.Ranks != cfg.Ranks || s.Config.FirstStep != cfg.FirstStep || s.Config.ChunkSize != cfg.ChunkSize {
 		return errors.New("stream config differs from _stream.json")

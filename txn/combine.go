@@ -1,0 +1,560 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+)
+
+// The combining commit (format 3): whoever creates version v+1 commits
+// every producer's announced TGBs.
+//
+// Each producer runs one committer. The committer that created the newest
+// version it knows leads: it goes on creating the next one, paced (below),
+// while anyone has TGBs announced. A committer with TGBs of its own waiting
+// that does not lead follows: it reads version v+1 (one GET of a known
+// key) about when it expects it, and learns from it which of its TGBs are
+// committed. A follower that has not seen v+1 by its help deadline (the
+// expected time plus a jittered few round trips), or whose oldest TGB has
+// waited several versions, builds and creates v+1 itself; winning makes it
+// the leader, and the loser of any race reads what won and follows. So one
+// committer creates the versions while the others only read them, and a
+// dead or slow leader costs a few round trips.
+//
+// Building v+1 from the state at v: the committer's own queued TGBs (from
+// memory) and, for every other producer registered at v, at its registered
+// epoch only, the objects at its next seqs, read in one parallel round of
+// tail reads (announce.go) and cut at each producer's first gap. They go
+// into the version round-robin across producers, each producer's in seq
+// order, up to DefaultMaxGroup. State.Apply's rules make any race safe: a
+// TGB is added only as its producer's next seq at its registered epoch, and
+// a version number is claimed by create-if-absent, so a TGB is committed
+// once whoever commits it, and a fenced incarnation's objects never are.
+//
+// Pacing: each version costs a tail read per producer probed, one create
+// and a GET per follower, so it should carry about a TGB per active
+// producer. With N active producers committing R TGBs a second the leader
+// creates a version every (N-1)/R seconds (no wait when alone), at most 16
+// create round trips (an average of what it measured) and maxPace: versions
+// follow the store's speed and the producers' cadence.
+
+const (
+	// DefaultMaxGroup caps a version's TGBs so a version record stays
+	// small (about 300 bytes a TGB).
+	DefaultMaxGroup = 256
+	maxProbeDepth   = 32
+	probeParallel   = 64
+	// A producer none of whose TGBs were seen for dormantAfter versions is
+	// probed only every dormantEvery-th version; its own committer gets
+	// its TGBs in if nobody else does (starved).
+	dormantAfter = 64
+	dormantEvery = 16
+	maxPace      = 500 * time.Millisecond
+	defaultRTT   = 5 * time.Millisecond
+)
+
+// committer is a producer's commit loop. It owns st and every field below.
+type committer struct {
+	p        *Producer
+	l        *Log
+	st       *State
+	solo     bool // own TGBs only: the naive baseline, or a format 2 stream
+	maxGroup int
+	logger   *slog.Logger
+
+	leading  bool
+	rtt      ewma      // store round trip (creates and version reads)
+	interval ewma      // between versions, as seen here
+	rate     float64   // TGBs committed per second, smoothed
+	seenAt   time.Time // when st's newest version was created or read here
+	seenNext int64     // st.NextStep() then
+	seenVer  uint64    // st.Version then
+	attempts int       // creates since this committer's last version
+	errs     *backoff  // between failed version reads; nil after a success
+
+	depth  map[string]int       // tail reads per producer per round
+	active map[string]activity  // what a producer's state was, and since when
+	probed int                  // producers probed in the last round, this one included
+}
+
+type activity struct {
+	seq, epoch uint64
+	since      uint64 // the version at which seq or epoch was last seen to move
+}
+
+func newCommitter(p *Producer, st *State, solo bool) *committer {
+	c := &committer{
+		p: p, l: p.log, st: st, logger: p.logger,
+		solo:     solo || !p.log.Config.combining(),
+		maxGroup: DefaultMaxGroup,
+		depth:    map[string]int{},
+		active:   map[string]activity{},
+		seenAt:   time.Now(),
+		seenNext: st.NextStep(),
+		seenVer:  st.Version,
+	}
+	if solo {
+		c.maxGroup = 1
+	}
+	return c
+}
+
+func (c *committer) run(ctx context.Context) {
+	p := c.p
+	defer close(p.done)
+	// cond.Wait cannot watch ctx; wake it when ctx ends.
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.closing = true
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	for p.waitWork(c.leading) {
+		var err error
+		switch {
+		case c.solo:
+			err = c.commitSolo(ctx)
+		case c.leading:
+			err = c.lead(ctx)
+		default:
+			err = c.follow(ctx)
+		}
+		if err == nil {
+			err = c.checkFence()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				c.logger.Error("producer stopped", "err", err)
+			}
+			p.fail(err)
+			return
+		}
+	}
+}
+
+// waitWork waits until the producer has TGBs waiting, or returns at once
+// for a leader (others may have some); false means the producer stops.
+func (p *Producer) waitWork(leading bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.queue) == 0 && !leading && !p.closing && p.failed == nil {
+		p.cond.Wait()
+	}
+	return p.failed == nil && (len(p.queue) > 0 || (leading && !p.closing))
+}
+
+// lead creates the next version once the pace allows.
+func (c *committer) lead(ctx context.Context) error {
+	if wait := c.pace() - time.Since(c.seenAt); wait > 0 {
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	return c.round(ctx)
+}
+
+// pace is how long after a version the leader creates the next.
+func (c *committer) pace() time.Duration {
+	if c.probed <= 1 || c.rate <= 0 {
+		return 0
+	}
+	target := time.Duration(float64(c.probed-1) / c.rate * float64(time.Second))
+	return min(target, 16*c.rtt.or(defaultRTT), maxPace)
+}
+
+// follow waits for the version it expects and reads it, or helps.
+func (c *committer) follow(ctx context.Context) error {
+	rtt := max(c.rtt.or(defaultRTT), time.Millisecond)
+	iv := max(c.interval.or(rtt), rtt)
+	expect := c.seenAt.Add(iv + iv/4)
+	deadline := expect.Add(jitter(2*rtt, 1))
+	if c.starved(iv, rtt) {
+		return c.round(ctx)
+	}
+	if err := sleep(ctx, time.Until(expect)); err != nil {
+		return err
+	}
+	for {
+		got, err := c.readNext(ctx)
+		if err != nil {
+			return err
+		}
+		if got {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return c.round(ctx)
+		}
+		gap := max(iv/4, rtt/2)
+		if c.errs != nil {
+			gap = c.errs.next // the store is failing: poll no faster than the backoff
+		}
+		if err := sleep(ctx, min(gap, left)); err != nil {
+			return err
+		}
+	}
+}
+
+// starved reports whether this producer's oldest waiting TGB has waited
+// through several versions: the leader does not probe it (dormant) or its
+// versions are full. It then commits itself.
+func (c *committer) starved(iv, rtt time.Duration) bool {
+	p := c.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) > 0 && time.Since(p.queue[0].uploaded) > 3*iv+4*rtt+20*time.Millisecond
+}
+
+// readNext reads version v+1 and applies it (and catches up when this
+// committer has fallen behind). It reports whether the state moved.
+func (c *committer) readNext(ctx context.Context) (bool, error) {
+	st := c.st
+	if st.seenHead.IsZero() || c.l.now().Sub(st.Time) > LogRetention/2 {
+		// An idle log: Refresh knows how to tell a missing version from one
+		// gc deleted.
+		n, err := c.l.refreshRetry(ctx, st, c.logger)
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			c.saw(time.Now(), nil)
+		}
+		return n > 0, nil
+	}
+	start := time.Now()
+	v, err := c.l.ReadVersion(ctx, st.Version+1)
+	now := time.Now()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		c.rtt.add(now.Sub(start), 0.1)
+		st.seenHead, c.errs = start, nil
+		return false, nil
+	case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
+		return false, err
+	case err != nil:
+		if c.errs == nil {
+			c.errs = newBackoff()
+		}
+		c.logger.Warn("reading the log failed; retrying", "err", err)
+		return false, c.errs.wait(ctx)
+	}
+	c.rtt.add(now.Sub(start), 0.1)
+	c.errs = nil
+	if err := st.Apply(v); err != nil {
+		return false, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
+	}
+	late := now.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
+	if late {
+		// Others created more while we were not looking: read them all.
+		if _, err := c.l.refreshRetry(ctx, st, c.logger); err != nil {
+			return false, err
+		}
+	}
+	c.saw(now, nil)
+	return true, nil
+}
+
+// round builds version v+1 from the state at v and tries to create it.
+func (c *committer) round(ctx context.Context) error {
+	v, err := c.build(ctx)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		c.leading = false // nobody has anything to commit
+		return nil
+	}
+	c.attempts++
+	start := time.Now()
+	out, err := c.l.tryCommit(ctx, c.st, v, c.logger)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if out == lostRace {
+		c.leading = false
+		c.saw(now, nil)
+		return nil
+	}
+	c.rtt.add(now.Sub(start), 0.2)
+	c.leading = true
+	c.saw(now, v)
+	c.l.maybeSnapshot(ctx, c.st, c.logger)
+	return nil
+}
+
+// commitSolo commits the producer's own queue alone (format 2 streams,
+// and the naive baseline with one TGB per version).
+func (c *committer) commitSolo(ctx context.Context) error {
+	v, err := c.build(ctx)
+	if err != nil || v == nil {
+		c.saw(time.Now(), nil)
+		return err
+	}
+	c.attempts++
+	out, err := c.l.tryCommit(ctx, c.st, v, c.logger)
+	if err != nil {
+		return err
+	}
+	if out == lostRace {
+		c.saw(time.Now(), nil)
+		return newBackoff().waitShort(ctx)
+	}
+	c.saw(time.Now(), v)
+	c.l.maybeSnapshot(ctx, c.st, c.logger)
+	return nil
+}
+
+// saw accounts for the state having moved to its newest version at now
+// (created by this committer when created is not nil): version interval,
+// commit rate, the producer's completed TGBs and what it reports.
+func (c *committer) saw(now time.Time, created *Version) {
+	st := c.st
+	if n := st.Version - c.seenVer; n > 0 {
+		dt := now.Sub(c.seenAt)
+		c.interval.add(dt/time.Duration(n), 0.2)
+		if secs := dt.Seconds(); secs > 0 {
+			r := float64(st.NextStep()-c.seenNext) / secs
+			if c.rate == 0 {
+				c.rate = r
+			} else {
+				c.rate = 0.8*c.rate + 0.2*r
+			}
+		}
+		c.seenAt, c.seenNext, c.seenVer = now, st.NextStep(), st.Version
+	}
+	cs := CommitStats{Version: st.Version, Committed: now}
+	if created != nil {
+		cs.Created, cs.Attempts, cs.VersionTGBs, cs.Visible = true, c.attempts, len(created.TGBs), now
+		for _, t := range created.TGBs {
+			cs.Included = append(cs.Included, TGBRef{Producer: t.Producer, Seq: t.Seq})
+		}
+		c.attempts = 0
+	}
+	done := c.p.complete(st)
+	cs.TGBs = len(done)
+	for _, pd := range done {
+		cs.Uploaded = append(cs.Uploaded, pd.uploaded)
+	}
+	if c.p.observe != nil && (cs.Created || cs.TGBs > 0) {
+		c.p.observe(cs)
+	}
+}
+
+// build makes version v+1 from the state at v: the producer's own queued
+// TGBs and, unless solo, every other registered producer's announced ones.
+// nil means there is nothing to commit.
+func (c *committer) build(ctx context.Context) (*Version, error) {
+	st := c.st
+	me := st.Producers[c.p.id]
+	if me == nil || me.Epoch != c.p.epoch {
+		return nil, c.checkFence()
+	}
+	lists := [][]*TGB{c.p.waiting(me.Seq, c.maxGroup)}
+	if !c.solo {
+		others, err := c.probe(ctx)
+		if err != nil {
+			return nil, err
+		}
+		lists = append(lists, others...)
+	}
+	v := &Version{
+		Format:  c.l.Config.writerVersion(),
+		Version: st.Version + 1,
+		Writer:  Writer{Producer: c.p.id, Epoch: c.p.epoch},
+		Time:    time.Now().UTC(),
+		Txn:     randomID(),
+	}
+	next := st.NextStep()
+	// Round-robin, so that a full version shares its room fairly and the
+	// steps interleave producers about as their TGBs arrived.
+	for i := 0; len(v.TGBs) < c.maxGroup; i++ {
+		added := false
+		for _, l := range lists {
+			if i < len(l) && len(v.TGBs) < c.maxGroup {
+				t := *l[i] // a fresh copy per attempt: Apply stamps the time
+				t.Step, t.Time = next+int64(len(v.TGBs)), v.Time
+				v.TGBs = append(v.TGBs, &t)
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	if len(v.TGBs) == 0 {
+		return nil, nil
+	}
+	if v.Format < 3 {
+		last := v.TGBs[len(v.TGBs)-1]
+		v.Producer = &ProducerUpdate{Seq: last.Seq, Cursor: last.Cursor}
+	}
+	return v, nil
+}
+
+// probe reads, in one parallel round, the objects at the next seqs of
+// every other producer registered in the state (at its registered epoch
+// only) and returns, per producer, the TGBs found before its first gap.
+func (c *committer) probe(ctx context.Context) ([][]*TGB, error) {
+	st := c.st
+	type slot struct {
+		t   *TGB
+		err error
+	}
+	type target struct {
+		id    string
+		ps    *ProducerState
+		slots []slot
+	}
+	var targets []*target
+	for _, id := range slices.Sorted(maps.Keys(st.Producers)) {
+		if ps := st.Producers[id]; id != c.p.id && c.shouldProbe(id, ps) {
+			targets = append(targets, &target{id: id, ps: ps, slots: make([]slot, max(1, c.depth[id]))})
+		}
+	}
+	c.probed = len(targets) + 1
+	sem := make(chan struct{}, probeParallel)
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		for i := range tg.slots {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				tg.slots[i].t, _, tg.slots[i].err = c.l.readAnnouncement(ctx, tg.id, tg.ps.Epoch, tg.ps.Seq+1+uint64(i))
+			})
+		}
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out [][]*TGB
+	for _, tg := range targets {
+		var found []*TGB
+		for _, s := range tg.slots {
+			if s.err != nil {
+				if !errors.Is(s.err, ErrNotAnnounced) {
+					// A gap for now: its producer commits it itself if nobody can read it.
+					c.logger.Warn("an announced TGB could not be read; leaving it and its producer's later ones for now", "err", s.err)
+				}
+				break
+			}
+			found = append(found, s.t)
+		}
+		d := len(tg.slots)
+		if len(found) == d {
+			c.depth[tg.id] = min(2*d, maxProbeDepth)
+		} else {
+			c.depth[tg.id] = len(found) + 1
+		}
+		if len(found) > 0 {
+			out = append(out, found)
+		}
+	}
+	return out, nil
+}
+
+// shouldProbe: producers whose seq or epoch moved in the last dormantAfter
+// versions are probed every round, the others every dormantEvery-th.
+func (c *committer) shouldProbe(id string, ps *ProducerState) bool {
+	v := c.st.Version
+	a, ok := c.active[id]
+	if !ok || a.seq != ps.Seq || a.epoch != ps.Epoch {
+		c.active[id] = activity{seq: ps.Seq, epoch: ps.Epoch, since: v}
+		return true
+	}
+	if v-a.since < dormantAfter {
+		return true
+	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return (v+uint64(h.Sum32()))%dormantEvery == 0
+}
+
+// checkFence fails if a newer incarnation registered.
+func (c *committer) checkFence() error {
+	p := c.p
+	if ps := c.st.Producers[p.id]; ps == nil || ps.Epoch != p.epoch || ps.Instance != p.instance {
+		epoch := uint64(0)
+		if ps != nil {
+			epoch = ps.Epoch
+		}
+		return fmt.Errorf("%w: %s epoch %d, the stream has epoch %d (another process registered this producer id; run one producer per id)", ErrFenced, p.id, p.epoch, epoch)
+	}
+	return nil
+}
+
+// waiting returns up to max of the producer's queued TGBs that follow seq,
+// in seq order (the contiguous run from seq+1).
+func (p *Producer) waiting(seq uint64, max int) []*TGB {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*TGB
+	for _, pd := range p.queue {
+		if len(out) == max {
+			break
+		}
+		if pd.Seq <= seq {
+			continue
+		}
+		if pd.Seq != seq+uint64(len(out))+1 {
+			break
+		}
+		out = append(out, pd.tgb)
+	}
+	return out
+}
+
+// complete resolves the queued TGBs that st holds (whoever committed
+// them), removes them from the queue and returns them.
+func (p *Producer) complete(st *State) []*Pending {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status = summarise(st)
+	me := st.Producers[p.id]
+	if me == nil || me.Epoch != p.epoch {
+		return nil
+	}
+	n := 0
+	for n < len(p.queue) && p.queue[n].Seq <= me.Seq {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	done := slices.Clone(p.queue[:n])
+	for _, pd := range done {
+		pd.step = st.stepOf(p.id, pd.Seq)
+		close(pd.done)
+	}
+	p.queue = slices.Clone(p.queue[n:])
+	p.cond.Broadcast()
+	return done
+}
+
+// stepOf finds the step of a producer's TGB among the newest live steps
+// (-1: reclaimed already).
+func (s *State) stepOf(producer string, seq uint64) int64 {
+	for i := len(s.Steps) - 1; i >= 0; i-- {
+		t := s.Steps[i]
+		if t.Producer == producer {
+			if t.Seq == seq {
+				return t.Step
+			}
+			if t.Seq < seq {
+				break
+			}
+		}
+	}
+	return -1
+}
