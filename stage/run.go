@@ -30,10 +30,9 @@ type RunOptions struct {
 	MaxLead int64
 	Poll    time.Duration // how often to look for new batches (default 500ms)
 	// GCEvery runs gc that often while running (0: never), with GCGrace.
-	GCEvery  time.Duration
-	GCGrace  time.Duration
-	Strategy txn.Strategy // default DAC
-	Logger   *slog.Logger
+	GCEvery time.Duration
+	GCGrace time.Duration
+	Logger  *slog.Logger
 	// Observe and OnBatch report progress (metrics, the live line).
 	// Observe is called from the producer's committer goroutine. OnBatch
 	// is called from two goroutines, the scanning loop (rejected batches,
@@ -82,7 +81,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return fmt.Errorf("sweeping the staging tree: %w", err)
 	}
 	p, err := txn.OpenProducer(ctx, o.Log, txn.ProducerOptions{
-		ID: o.ProducerID, Strategy: o.Strategy, Logger: o.Logger, Observe: o.Observe,
+		ID: o.ProducerID, Logger: o.Logger, Observe: o.Observe,
 	})
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ func benchIngestCommand() *cli.Command {
 		Name:  "ingest",
 		Usage: "measure commit throughput and latency per strategy, producer count and payload",
 		UsageText: "lakefs-bench ingest --store URL --producers 1,2,4,8,16,32 --payload 64KiB,1MiB,16MiB " +
-			"--duration D --strategy dac,naive,fixed,raw-put,plain-put [--json]",
+			"--duration D --strategy dac,naive,raw-put,plain-put [--json]",
 		Description: `Runs producers (goroutines, or OS processes with --processes) that append
 TGBs of the given payload as fast as they can, each combination on a fresh
 stream under the store URL, and prints one row per combination: TGBs/s,
@@ -45,7 +45,7 @@ versions and prints a row per --duration window.`,
 			&cli.StringFlag{Name: "payload", Value: "1MiB", Destination: &o.Payloads, Usage: "bytes per TGB, split across ranks"},
 			&cli.IntFlag{Name: "ranks", Value: 2, Destination: &o.Ranks, Usage: "ranks of each benchmark stream"},
 			&cli.DurationFlag{Name: "duration", Value: 5 * time.Second, Destination: &o.Duration, Usage: "measured time per row (per window with --versions)"},
-			&cli.StringFlag{Name: "strategy", Value: "dac,naive,fixed,raw-put,plain-put", Destination: &o.Strategies, Usage: "strategies: dac, naive, fixed, raw-put, plain-put, and the broker peers nats, nats-fsync"},
+			&cli.StringFlag{Name: "strategy", Value: "dac,naive,raw-put,plain-put", Destination: &o.Strategies, Usage: "strategies: dac (the combining commit, what run does), naive (one TGB per version, own TGBs only), raw-put, plain-put, and the broker peers nats, nats-fsync"},
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Usage: "added to every store call"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "processes", Destination: &o.Processes, Usage: "run each producer as its own OS process"},

@@ -33,7 +33,6 @@ type runOptions struct {
 	MetricsAddr string
 	Once        bool
 	Poll        time.Duration
-	Strategy    string
 	GCEvery     time.Duration
 	GCGrace     time.Duration
 	Progress    string // auto, line, log
@@ -71,7 +70,6 @@ watching until SIGINT or SIGTERM.`,
 			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
-			&cli.StringFlag{Name: "strategy", Value: "dac", Destination: &o.Strategy, Usage: "commit strategy: dac, naive or fixed"},
 			&cli.DurationFlag{Name: "gc-every", Value: 10 * time.Minute, Destination: &o.GCEvery, Usage: "run gc this often while running (0: never)"},
 			&cli.DurationFlag{Name: "gc-grace", Value: txn.DefaultGrace, Destination: &o.GCGrace, Usage: "gc's grace period"},
 			&cli.StringFlag{Name: "progress", Value: "auto", Destination: &o.Progress, Usage: "auto (a live line on a terminal, else log lines), line or log"},
@@ -100,10 +98,6 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	}
 	if err := txn.ValidateProducerID(o.ProducerID); err != nil {
 		return flagval.Usagef("--producer-id: %v", err)
-	}
-	strategy, err := txn.NewStrategy(o.Strategy)
-	if err != nil {
-		return flagval.Usagef("--strategy: %v", err)
 	}
 	tree, err := stage.Open(o.Staging)
 	if err != nil {
@@ -134,7 +128,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	summary := &onceSummary{out: stdout}
 	err = stage.Run(ctx, stage.RunOptions{
 		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
-		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Strategy: strategy, Logger: logger,
+		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Logger: logger,
 		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
 		OnBatch: func(e stage.BatchEvent) {
 			m.batch(e)
@@ -184,11 +178,13 @@ func newRunMetrics() *runMetrics {
 }
 
 func (m *runMetrics) commit(cs txn.CommitStats) {
-	m.commits.Inc()
-	m.attempts.Add(float64(cs.Attempts))
-	m.conflict.Add(float64(cs.Attempts - 1))
+	if cs.Created {
+		m.commits.Inc()
+		m.attempts.Add(float64(cs.Attempts))
+		m.conflict.Add(float64(cs.Attempts - 1))
+		m.group.Observe(float64(cs.VersionTGBs))
+	}
 	m.tgbs.Add(float64(cs.TGBs))
-	m.group.Observe(float64(cs.TGBs))
 	for _, u := range cs.Uploaded {
 		m.latency.Observe(cs.Committed.Sub(u).Seconds())
 	}
@@ -272,8 +268,10 @@ func newProgress(out io.Writer, mode string, logger *slog.Logger) *progress {
 func (p *progress) commit(cs txn.CommitStats) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.commits++
-	p.attempts += int64(cs.Attempts)
+	if cs.Created {
+		p.commits++
+		p.attempts += int64(cs.Attempts)
+	}
 	p.tgbs += int64(cs.TGBs)
 }
 

@@ -55,14 +55,11 @@ type IngestOptions struct {
 	// Duration is how long each run measures (default 5s). In long-run mode
 	// (Versions > 0) it is the length of one reporting window.
 	Duration time.Duration
-	// Strategies to run: dac, naive, fixed and the baselines raw-put and
-	// plain-put (the default is all five). A dac variant takes DACConfig settings, each after a colon
-	// (so that a list of strategies can be comma-separated), e.g.
-	// "dac:increase=40:max=200ms" (keys: min, max, initial, factor, jitter,
-	// increase, group).
+	// Strategies to run: dac (the combining commit, what `run` does), naive
+	// (each producer commits its own TGBs, one per version, retrying at
+	// once) and the baselines raw-put and plain-put (the default is all
+	// four), and the broker peers nats and nats-fsync.
 	Strategies []string
-	// DAC is the base configuration of the dac strategy (zero: defaults).
-	DAC txn.DACConfig
 	// StoreLatency is added to every store operation (a store.Faulty
 	// wrapper), to stand for a remote object store.
 	StoreLatency time.Duration
@@ -116,7 +113,7 @@ func (o *IngestOptions) defaults() error {
 		o.Duration = 5 * time.Second
 	}
 	if len(o.Strategies) == 0 {
-		o.Strategies = []string{"dac", "naive", "fixed", RawPut, PlainPut}
+		o.Strategies = []string{"dac", "naive", RawPut, PlainPut}
 	}
 	if o.MaxQueued == 0 {
 		o.MaxQueued = txn.DefaultMaxGroup
@@ -151,7 +148,7 @@ func (o *IngestOptions) defaults() error {
 		if isNATS(s) {
 			continue // a broker peer (nats.go), not a commit strategy
 		}
-		if _, err := newStrategy(s, o.DAC); err != nil {
+		if err := checkStrategy(s); err != nil {
 			return err
 		}
 	}
@@ -254,13 +251,13 @@ func openTarget(ctx context.Context, o *IngestOptions, name string) (*target, er
 	return &t, nil
 }
 
-// withLatency wraps s so that every operation takes d longer.
-func withLatency(s store.Store, d time.Duration) store.Store {
-	if d <= 0 {
-		return s
-	}
+// instrument wraps s so that every operation takes d longer and is
+// counted (requests by kind per TGB).
+func instrument(s store.Store, d time.Duration) *store.Faulty {
 	f := store.NewFaulty(s, 1)
-	f.Set(store.Fault{Latency: d})
+	if d > 0 {
+		f.Set(store.Fault{Latency: d})
+	}
 	return f
 }
 
@@ -283,7 +280,7 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 			}
 		}()
 	}
-	s := withLatency(t.store, o.StoreLatency)
+	s := instrument(t.store, o.StoreLatency)
 	var l *txn.Log
 	if !baseline(c.strategy) {
 		l, err = txn.Create(ctx, s, txn.CreateOptions{Ranks: o.Ranks})
@@ -295,6 +292,9 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := newRecorder(o.Versions)
+	if !o.Processes {
+		rec.counts = func() requests { return countRequests(s) }
+	}
 	f := startFleet(rctx, o, c, t.url, s, l, rec)
 	// Whatever happens, stop the workers and wait for them before the
 	// store is cleaned up.
@@ -316,7 +316,7 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 	close(f.start)
 	row := func(w window) Row { return w.row(c, o) }
 	if o.Versions == 0 {
-		return shortRun(ctx, o, rec, f, pr, row, start)
+		return shortRun(ctx, o, rec, f, pr, row, start, c.producers)
 	}
 	return longRun(ctx, o, l, rec, f, pr, row)
 }
@@ -328,7 +328,7 @@ func startFleet(ctx context.Context, o *IngestOptions, c combo, url string, s st
 	for i := range c.producers {
 		sp := spec{
 			StoreURL: url, StoreLatency: o.StoreLatency,
-			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy, DAC: o.DAC,
+			ID: fmt.Sprintf("bench-%03d", i), Strategy: c.strategy,
 			Payload: c.payload, Ranks: o.Ranks, MaxQueued: o.MaxQueued, Drain: o.Drain,
 		}
 		if o.Processes {
@@ -341,7 +341,7 @@ func startFleet(ctx context.Context, o *IngestOptions, c combo, url string, s st
 }
 
 // shortRun prints one row for the o.Duration after start.
-func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr *printer, row func(window) Row, start time.Time) error {
+func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr *printer, row func(window) Row, start time.Time, producers int) error {
 	timer := time.NewTimer(o.Duration)
 	defer timer.Stop()
 	select {
@@ -352,6 +352,9 @@ func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr
 		return ctx.Err()
 	}
 	f.halt()
+	if o.Processes {
+		rec.waitStops(producers, 10*time.Second)
+	}
 	pr.print(row(rec.cut(start.Add(o.Duration))))
 	return nil
 }

@@ -156,7 +156,8 @@ func natsProduce(ctx context.Context, nc *nats.Conn, id string, parts [][]byte, 
 			return err
 		}
 		now := time.Now()
-		emit(event{Kind: "commit", Producer: id, Commit: natsCommit(t0, now)})
+		emit(event{Kind: "upload", Producer: id, Seq: uint64(seq), Time: t0, Dur: now.Sub(t0)})
+		emit(event{Kind: "commit", Producer: id, Commit: natsCommit(id, uint64(seq), now)})
 	}
 }
 
@@ -203,8 +204,9 @@ func natsPublishTGB(ctx context.Context, js jetstream.JetStream, subject string,
 	return nil
 }
 
-// natsCommit is an acked TGB as the recorder counts a commit: one TGB, one
-// attempt, latency from its first publish.
-func natsCommit(published, acked time.Time) *txn.CommitStats {
-	return &txn.CommitStats{Attempts: 1, TGBs: 1, Uploaded: []time.Time{published}, Committed: acked}
+// natsCommit is an acked TGB as the recorder counts a commit: one TGB
+// made visible by one attempt, latency from its first publish (its upload
+// event).
+func natsCommit(id string, seq uint64, acked time.Time) *txn.CommitStats {
+	return &txn.CommitStats{Created: true, Attempts: 1, VersionTGBs: 1, Included: []txn.TGBRef{{Producer: id, Seq: seq}}, Visible: acked, Committed: acked}
 }

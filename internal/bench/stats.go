@@ -56,6 +56,23 @@ type Row struct {
 	// its end.
 	Window  int    `json:"window,omitempty"`
 	Version uint64 `json:"version,omitempty"`
+
+	// Store requests per TGB committed in the window, by kind as S3 bills
+	// them (PUT counts creates; GET whole, ranged and tail reads), from
+	// every worker's store.
+	PutsPerTGB    float64 `json:"puts_per_tgb"`
+	GetsPerTGB    float64 `json:"gets_per_tgb"`
+	HeadsPerTGB   float64 `json:"heads_per_tgb"`
+	ListsPerTGB   float64 `json:"lists_per_tgb"`
+	DeletesPerTGB float64 `json:"deletes_per_tgb"`
+	// VersionsPerS: versions created per second; TGBsPerVersion is
+	// TGBsPerCommit under the name the combining commit gives it.
+	VersionsPerS   float64 `json:"versions_per_s"`
+	TGBsPerVersion float64 `json:"tgbs_per_version"`
+	// FirstCommitMaxMs: over the producers, the longest time from a
+	// producer's first upload of the run to the first of its TGBs being
+	// visible (still waiting: until the window's end).
+	FirstCommitMaxMs float64 `json:"first_commit_max_ms"`
 }
 
 // window is what the workers reported between two cuts.
@@ -71,6 +88,8 @@ type window struct {
 	upload     []float64 // ms, per written TGB
 	version    uint64
 	committers map[string]bool
+	requests   requests
+	firstWait  time.Duration
 }
 
 func (w window) row(c combo, o *IngestOptions) Row {
@@ -91,7 +110,17 @@ func (w window) row(c combo, o *IngestOptions) Row {
 	if w.commits > 0 {
 		r.AttemptsPerCommit = round(float64(w.attempts)/float64(w.commits), 3)
 		r.TGBsPerCommit = round(float64(w.commitTGBs)/float64(w.commits), 3)
+		r.TGBsPerVersion = r.TGBsPerCommit
+		if secs > 0 {
+			r.VersionsPerS = round(float64(w.commits)/secs, 2)
+		}
 	}
+	if w.tgbs > 0 {
+		per := func(n int64) float64 { return round(float64(n)/float64(w.tgbs), 3) }
+		q := w.requests
+		r.PutsPerTGB, r.GetsPerTGB, r.HeadsPerTGB, r.ListsPerTGB, r.DeletesPerTGB = per(q.Puts), per(q.Gets), per(q.Heads), per(q.Lists), per(q.Deletes)
+	}
+	r.FirstCommitMaxMs = round(ms(w.firstWait), 1)
 	if o.Versions > 0 {
 		r.Window, r.Version = w.n, w.version
 	}
@@ -102,16 +131,35 @@ func (w window) row(c combo, o *IngestOptions) Row {
 // Events dated outside it are dropped: registration before the start, and
 // the drain after the end of a fixed-length run.
 type recorder struct {
-	mu      sync.Mutex
-	cur     window    // GUARDED_BY(mu)
-	end     time.Time // GUARDED_BY(mu): zero: open-ended
 	target  uint64
 	reached chan struct{} // closed when a commit reaches version target
-	closed  bool          // GUARDED_BY(mu)
+	// counts reads the store requests of in-process workers (nil: worker
+	// processes report theirs in counts events).
+	counts func() requests
+
+	mu     sync.Mutex
+	cur    window    // GUARDED_BY(mu)
+	end    time.Time // GUARDED_BY(mu): zero: open-ended
+	closed bool      // GUARDED_BY(mu)
+	// A TGB's upload and its becoming visible are reported by different
+	// workers (the combining commit), in either order: durable and started
+	// wait for visible, pending for the upload. GUARDED_BY(mu), for the run.
+	durable, started, pending map[tgbKey]time.Time
+	// Per producer, its first upload and its first TGB visible.
+	firstUp, firstVis map[string]time.Time   // GUARDED_BY(mu)
+	reqBase           requests               // GUARDED_BY(mu): counts at the window's start
+	workerReq         map[string][2]requests // GUARDED_BY(mu): per worker process, at go and at stop
+}
+
+type tgbKey struct {
+	producer string
+	seq      uint64
 }
 
 func newRecorder(target uint64) *recorder {
-	return &recorder{target: target, reached: make(chan struct{})}
+	return &recorder{target: target, reached: make(chan struct{}),
+		durable: map[tgbKey]time.Time{}, started: map[tgbKey]time.Time{}, pending: map[tgbKey]time.Time{},
+		firstUp: map[string]time.Time{}, firstVis: map[string]time.Time{}, workerReq: map[string][2]requests{}}
 }
 
 // begin opens the first window at start; bounded closes it at start+d.
@@ -119,6 +167,9 @@ func (r *recorder) begin(start time.Time, bounded bool, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cur.n, r.cur.from = 1, start
+	if r.counts != nil {
+		r.reqBase = r.counts()
+	}
 	if bounded {
 		r.end = start.Add(d)
 	}
@@ -136,11 +187,31 @@ func (r *recorder) add(ev event) {
 		if r.in(ev.Time) {
 			r.cur.upload = append(r.cur.upload, ms(ev.Dur))
 		}
+		if ev.Producer == "" {
+			return
+		}
+		k := tgbKey{ev.Producer, ev.Seq}
+		r.durable[k], r.started[k] = ev.Time, ev.Time.Add(-ev.Dur)
+		if t, ok := r.firstUp[ev.Producer]; !ok || ev.Time.Before(t) {
+			r.firstUp[ev.Producer] = ev.Time
+		}
+		if vis, ok := r.pending[k]; ok {
+			delete(r.pending, k)
+			r.visible(k, vis)
+		}
 	case "put":
 		if r.in(ev.Time) {
 			r.cur.tgbs++
 			r.cur.upload = append(r.cur.upload, ms(ev.Dur))
 		}
+	case "counts":
+		c := r.workerReq[ev.Producer]
+		if ev.Phase == "go" {
+			c[0] = ev.Requests
+		} else {
+			c[1] = ev.Requests
+		}
+		r.workerReq[ev.Producer] = c
 	case "commit":
 		cs := ev.Commit
 		r.cur.version = max(r.cur.version, cs.Version)
@@ -148,24 +219,71 @@ func (r *recorder) add(ev event) {
 			r.closed = true
 			close(r.reached)
 		}
-		if !r.in(cs.Committed) {
+		if !cs.Created || !r.in(cs.Visible) {
 			return
 		}
 		r.cur.commits++
-		if r.cur.committers == nil {
-			r.cur.committers = map[string]bool{}
-		}
-		r.cur.committers[ev.Producer] = true
 		r.cur.attempts += int64(cs.Attempts)
-		r.cur.commitTGBs += int64(cs.TGBs)
-		r.cur.tgbs += int64(cs.TGBs)
-		for _, u := range cs.Uploaded {
-			r.cur.latency = append(r.cur.latency, ms(cs.Committed.Sub(u)))
-		}
-		for _, t := range ev.Started {
-			r.cur.e2e = append(r.cur.e2e, ms(cs.Committed.Sub(t)))
+		r.cur.commitTGBs += int64(cs.VersionTGBs)
+		r.cur.tgbs += int64(cs.VersionTGBs)
+		for _, ref := range cs.Included {
+			k := tgbKey{ref.Producer, ref.Seq}
+			if t, ok := r.firstVis[ref.Producer]; !ok || cs.Visible.Before(t) {
+				r.firstVis[ref.Producer] = cs.Visible
+			}
+			if _, ok := r.durable[k]; ok {
+				r.visible(k, cs.Visible)
+			} else {
+				r.pending[k] = cs.Visible
+			}
 		}
 	}
+}
+
+// waitStops waits up to d for n worker processes' counts at "stop" (they
+// arrive through pipes after the run was told to stop).
+func (r *recorder) waitStops(n int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		got := 0
+		for _, c := range r.workerReq {
+			if c[1] != (requests{}) {
+				got++
+			}
+		}
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// visible records a TGB of the window becoming visible at vis.
+func (r *recorder) visible(k tgbKey, vis time.Time) {
+	if r.cur.committers == nil {
+		r.cur.committers = map[string]bool{}
+	}
+	r.cur.committers[k.producer] = true
+	r.cur.latency = append(r.cur.latency, ms(vis.Sub(r.durable[k])))
+	r.cur.e2e = append(r.cur.e2e, ms(vis.Sub(r.started[k])))
+	delete(r.durable, k)
+	delete(r.started, k)
+}
+
+// firstWait is the longest time a producer waited from its first upload
+// to its first TGB visible, as of t.
+func (r *recorder) firstWait(t time.Time) time.Duration {
+	var worst time.Duration
+	for p, up := range r.firstUp {
+		vis, ok := r.firstVis[p]
+		if !ok {
+			vis = t
+		}
+		worst = max(worst, vis.Sub(up))
+	}
+	return worst
 }
 
 // cut ends the current window at t, returns it and opens the next.
@@ -174,6 +292,16 @@ func (r *recorder) cut(t time.Time) window {
 	defer r.mu.Unlock()
 	w := r.cur
 	w.to = t
+	w.firstWait = r.firstWait(t)
+	if r.counts != nil {
+		now := r.counts()
+		w.requests, r.reqBase = now.minus(r.reqBase), now
+	} else {
+		for id, c := range r.workerReq {
+			w.requests = w.requests.plus(c[1].minus(c[0]))
+			r.workerReq[id] = [2]requests{c[1], c[1]}
+		}
+	}
 	r.cur = window{n: w.n + 1, from: t, version: w.version}
 	return w
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +29,6 @@ type spec struct {
 	StoreLatency time.Duration `json:"store_latency"`
 	ID           string        `json:"id"`
 	Strategy     string        `json:"strategy"`
-	DAC          txn.DACConfig `json:"dac"`
 	Payload      int64         `json:"payload"`
 	Ranks        int           `json:"ranks"`
 	MaxQueued    int           `json:"max_queued"`
@@ -40,8 +38,9 @@ type spec struct {
 // event is what a worker reports. Worker processes write one JSON object
 // per line.
 type event struct {
-	Kind     string `json:"kind"` // ready, upload, put, commit, done
+	Kind     string `json:"kind"` // ready, upload, put, commit, counts, done
 	Producer string `json:"producer,omitempty"`
+	Seq      uint64 `json:"seq,omitempty"` // upload: the TGB's seq
 	// upload: a TGB's data became durable (Append returned); put: a raw-put
 	// TGB's objects were all written. Time is when; Dur how long it took.
 	Time   time.Time        `json:"time,omitzero"`
@@ -50,64 +49,47 @@ type event struct {
 	// Started is, per TGB of a commit, when its upload started (for the
 	// upload start -> visible latency), in the order of Commit.Uploaded.
 	Started []time.Time `json:"started,omitempty"`
-	Err     string      `json:"err,omitempty"` // done
+	// counts: the worker's store requests so far, at "go" and at "stop".
+	Phase    string   `json:"phase,omitempty"`
+	Requests requests `json:"requests,omitzero"`
+	Err      string   `json:"err,omitempty"` // done
 }
 
-// newStrategy builds the strategy a spec names: dac, naive, fixed, or a dac
-// variant "dac:key=value,..." over base.
-func newStrategy(name string, base txn.DACConfig) (txn.Strategy, error) {
-	kind, settings, _ := strings.Cut(name, ":")
-	if (kind == RawPut || kind == PlainPut) && settings == "" {
-		return nil, nil
+// checkStrategy accepts the strategies a producer worker runs.
+func checkStrategy(name string) error {
+	switch name {
+	case "dac", "naive", RawPut, PlainPut:
+		return nil
 	}
-	if kind != "dac" {
-		if settings != "" {
-			return nil, fmt.Errorf("bench: strategy %q takes no settings; only dac does (dac:increase=40:max=200ms)", name)
-		}
-		s, err := txn.NewStrategy(kind)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w, raw-put or plain-put", err)
-		}
-		return s, nil
+	return fmt.Errorf("bench: unknown strategy %q; use dac, naive, raw-put, plain-put, nats or nats-fsync", name)
+}
+
+// requests counts store requests by kind, as S3 bills them: PUT (puts and
+// creates), GET (whole, ranged and tail reads), HEAD, LIST, DELETE.
+type requests struct {
+	Puts    int64 `json:"puts"`
+	Gets    int64 `json:"gets"`
+	Heads   int64 `json:"heads"`
+	Lists   int64 `json:"lists"`
+	Deletes int64 `json:"deletes"`
+}
+
+func countRequests(f *store.Faulty) requests {
+	return requests{
+		Puts:    f.Calls(store.OpPut) + f.Calls(store.OpCreate),
+		Gets:    f.Calls(store.OpGet) + f.Calls(store.OpGetRange),
+		Heads:   f.Calls(store.OpStat),
+		Lists:   f.Calls(store.OpList),
+		Deletes: f.Calls(store.OpDelete),
 	}
-	cfg := base
-	for kv := range strings.SplitSeq(settings, ":") {
-		if kv == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		bad := func(err error) error {
-			return fmt.Errorf("bench: strategy %q: setting %q: %v; use min, max, initial (durations), factor, jitter, increase (numbers) or group (a count)", name, kv, err)
-		}
-		var err error
-		switch k {
-		case "min", "max", "initial":
-			var d time.Duration
-			d, err = time.ParseDuration(v)
-			switch k {
-			case "min":
-				cfg.Min = d
-			case "max":
-				cfg.Max = d
-			default:
-				cfg.Initial = d
-			}
-		case "factor":
-			cfg.Factor, err = strconv.ParseFloat(v, 64)
-		case "jitter":
-			cfg.Jitter, err = strconv.ParseFloat(v, 64)
-		case "increase":
-			cfg.Increase, err = strconv.ParseFloat(v, 64)
-		case "group":
-			cfg.MaxGroup, err = strconv.Atoi(v)
-		default:
-			err = errors.New("unknown key")
-		}
-		if err != nil {
-			return nil, bad(err)
-		}
-	}
-	return txn.NewDAC(cfg), nil
+}
+
+func (a requests) minus(b requests) requests {
+	return requests{a.Puts - b.Puts, a.Gets - b.Gets, a.Heads - b.Heads, a.Lists - b.Lists, a.Deletes - b.Deletes}
+}
+
+func (a requests) plus(b requests) requests {
+	return requests{a.Puts + b.Puts, a.Gets + b.Gets, a.Heads + b.Heads, a.Lists + b.Lists, a.Deletes + b.Deletes}
 }
 
 // payloadParts splits one buffer of size bytes into ranks parts.
@@ -180,35 +162,24 @@ func produce(ctx context.Context, s store.Store, l *txn.Log, sp spec, logger *sl
 		return rawPutWith(ctx, put, sp, parts, start, stop, emit)
 	}
 	files := payloadFiles(parts)
-	strategy, err := newStrategy(sp.Strategy, sp.DAC)
-	if err != nil {
-		return err
-	}
-	var committed atomic.Uint64 // TGBs committed; seqs start at 1 on a fresh stream
-	// A producer commits its TGBs in seq order, so the TGBs of a commit are
-	// the next cs.TGBs seqs after those already committed.
-	var starts sync.Map // seq -> time.Time its upload started
+	var committed atomic.Uint64 // own TGBs known committed; seqs start at 1 on a fresh stream
 	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{
-		ID: sp.ID, Strategy: strategy, Logger: logger,
+		ID: sp.ID, Solo: sp.Strategy == "naive", Logger: logger,
 		Observe: func(cs txn.CommitStats) {
-			first := committed.Add(uint64(cs.TGBs)) - uint64(cs.TGBs) + 1
-			started := make([]time.Time, 0, cs.TGBs)
-			for seq := first; seq < first+uint64(cs.TGBs); seq++ {
-				if t, ok := starts.LoadAndDelete(seq); ok {
-					started = append(started, t.(time.Time))
-				}
+			committed.Add(uint64(cs.TGBs))
+			if cs.Created {
+				// The creator reports every TGB it made visible, whoever's;
+				// the recorder pairs each with its upload.
+				cs.Uploaded = nil
+				emit(event{Kind: "commit", Producer: sp.ID, Commit: &cs})
 			}
-			if len(started) != cs.TGBs {
-				started = nil // not this run's numbering; report no e2e rather than a wrong one
-			}
-			emit(event{Kind: "commit", Producer: sp.ID, Commit: &cs, Started: started})
 		},
 	})
 	if err != nil {
 		return err
 	}
 	ready()
-	runErr := appendLoop(ctx, p, sp, files, &committed, &starts, start, stop, emit)
+	runErr := appendLoop(ctx, p, sp, files, &committed, start, stop, emit)
 	dctx, cancel := context.WithTimeout(ctx, sp.Drain)
 	defer cancel()
 	cerr := p.Close(dctx)
@@ -221,7 +192,7 @@ func produce(ctx context.Context, s store.Store, l *txn.Log, sp spec, logger *sl
 	return nil
 }
 
-func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.FileSource, committed *atomic.Uint64, starts *sync.Map, start, stop <-chan struct{}, emit func(event)) error {
+func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.FileSource, committed *atomic.Uint64, start, stop <-chan struct{}, emit func(event)) error {
 	if ok, err := released(ctx, start, stop); !ok {
 		return err
 	}
@@ -240,10 +211,6 @@ func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.Fil
 		}
 		name := fmt.Sprintf("b%012d", i)
 		t0 := time.Now()
-		// Appends are sequential from seq 1 on a fresh stream, so this TGB's
-		// seq is i; stored before Append, whose commit may be observed
-		// before it returns.
-		starts.Store(uint64(i), t0)
 		i++
 		pd, err := p.Append(sctx, txn.Batch{Name: name, Cursor: name, Ranks: files})
 		if err != nil {
@@ -253,7 +220,7 @@ func appendLoop(ctx context.Context, p *txn.Producer, sp spec, files [][]txn.Fil
 			return err
 		}
 		now := time.Now()
-		emit(event{Kind: "upload", Time: now, Dur: now.Sub(t0)})
+		emit(event{Kind: "upload", Producer: sp.ID, Seq: pd.Seq, Time: now, Dur: now.Sub(t0)})
 		queued = append(queued, pd)
 	}
 	return ctx.Err()
@@ -417,7 +384,7 @@ func worker(ctx context.Context, in *bufio.Reader, emit func(event)) error {
 	if err != nil {
 		return err
 	}
-	s := withLatency(raw, sp.StoreLatency)
+	s := instrument(raw, sp.StoreLatency)
 	var l *txn.Log
 	if !baseline(sp.Strategy) {
 		if l, err = txn.Open(ctx, s); err != nil {
@@ -439,9 +406,11 @@ func worker(ctx context.Context, in *bufio.Reader, emit func(event)) error {
 			case "go":
 				if !started {
 					started = true
+					emit(event{Kind: "counts", Producer: sp.ID, Phase: "go", Requests: countRequests(s)})
 					close(start)
 				}
 			case "stop":
+				emit(event{Kind: "counts", Producer: sp.ID, Phase: "stop", Requests: countRequests(s)})
 				return
 			}
 			if err != nil {
