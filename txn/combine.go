@@ -40,18 +40,20 @@ import (
 // once whoever commits it, and a fenced incarnation's objects never are.
 //
 // Pacing: each version costs a tail read per producer probed, one create
-// and a GET per follower, so it should carry about a TGB per active
-// producer. With N active producers committing R TGBs a second the leader
-// creates a version every (N-1)/R seconds (no wait when alone), at most 16
-// create round trips (an average of what it measured) and maxPace: versions
-// follow the store's speed and the producers' cadence.
+// and a GET per follower, so it should carry about one TGB per other
+// active producer. The leader lengthens its pace (from the start of one
+// round to the next) while versions are smaller than that and shortens it
+// while they are larger, between half a create round trip (an average of
+// what it measures) and 8 of them or maxPace: versions follow the store's
+// speed and the producers' cadence, and a lone producer waits for nothing
+// but the store.
 
 const (
 	// DefaultMaxGroup caps a version's TGBs so a version record stays
 	// small (about 300 bytes a TGB).
 	DefaultMaxGroup = 256
 	maxProbeDepth   = 32
-	probeParallel   = 64
+	probeParallel   = 256
 	// A producer none of whose TGBs were seen for dormantAfter versions is
 	// probed only every dormantEvery-th version; its own committer gets
 	// its TGBs in if nobody else does (starved).
@@ -71,13 +73,17 @@ type committer struct {
 	logger   *slog.Logger
 
 	leading  bool
-	rtt      ewma      // store round trip (creates and version reads)
-	interval ewma      // between versions, as seen here
-	rate     float64   // TGBs committed per second, smoothed
-	seenAt   time.Time // when st's newest version was created or read here
-	seenNext int64     // st.NextStep() then
-	seenVer  uint64    // st.Version then
+	rtt      ewma    // store round trip (creates and version reads)
+	interval ewma    // between versions, by their records' times
+	paceD    time.Duration // the leader's pace (see adapt)
+	// When st's newest version was created or read here, and that
+	// version's number, record time and next step.
+	seenAt   time.Time
+	seenVer  uint64
+	seenTime time.Time
+	startVer uint64 // the version the committer started at
 	attempts int       // creates since this committer's last version
+	roundAt  time.Time // when this committer's last round began
 	errs     *backoff  // between failed version reads; nil after a success
 
 	depth  map[string]int       // tail reads per producer per round
@@ -98,8 +104,9 @@ func newCommitter(p *Producer, st *State, solo bool) *committer {
 		depth:    map[string]int{},
 		active:   map[string]activity{},
 		seenAt:   time.Now(),
-		seenNext: st.NextStep(),
 		seenVer:  st.Version,
+		seenTime: st.Time,
+		startVer: st.Version,
 	}
 	if solo {
 		c.maxGroup = 1
@@ -152,9 +159,10 @@ func (p *Producer) waitWork(leading bool) bool {
 	return p.failed == nil && (len(p.queue) > 0 || (leading && !p.closing))
 }
 
-// lead creates the next version once the pace allows.
+// lead creates the next version once the pace allows. The pace runs from
+// the start of the previous round, so probing and creating overlap it.
 func (c *committer) lead(ctx context.Context) error {
-	if wait := c.pace() - time.Since(c.seenAt); wait > 0 {
+	if wait := c.pace() - time.Since(c.roundAt); wait > 0 {
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
@@ -162,22 +170,37 @@ func (c *committer) lead(ctx context.Context) error {
 	return c.round(ctx)
 }
 
-// pace is how long after a version the leader creates the next.
+// pace is how long after the start of a round the leader starts the next:
+// at least about a round trip, or a leader creating versions back to back
+// would keep every other writer (a registering producer, a checkpoint,
+// gc) one version behind for good.
 func (c *committer) pace() time.Duration {
-	if c.probed <= 1 || c.rate <= 0 {
-		return 0
+	return max(jitter(c.rtt.or(defaultRTT)/2, 1), c.paceD)
+}
+
+// adapt steers the pace towards versions of about one TGB per other
+// active producer: it grows while versions are smaller than that and
+// shrinks while they are larger (at most by half or double a version, so
+// a burst is caught within a few versions), within 8 round trips.
+func (c *committer) adapt(tgbs int) {
+	want := c.probed - 1
+	if want < 1 {
+		c.paceD = 0
+		return
 	}
-	target := time.Duration(float64(c.probed-1) / c.rate * float64(time.Second))
-	return min(target, 16*c.rtt.or(defaultRTT), maxPace)
+	f := min(max(float64(want)/float64(max(tgbs, 1)), 0.5), 2)
+	cap := min(8*c.rtt.or(defaultRTT), maxPace)
+	c.paceD = min(max(time.Duration(float64(max(c.paceD, time.Millisecond))*f), 0), cap)
 }
 
 // follow waits for the version it expects and reads it, or helps.
 func (c *committer) follow(ctx context.Context) error {
 	rtt := max(c.rtt.or(defaultRTT), time.Millisecond)
 	iv := max(c.interval.or(rtt), rtt)
-	expect := c.seenAt.Add(iv + iv/4)
-	deadline := expect.Add(jitter(2*rtt, 1))
-	if c.starved(iv, rtt) {
+	expect := c.seenAt.Add(iv)
+	deadline := expect.Add(iv/2 + jitter(2*rtt, 1))
+	if c.starved() {
+		c.logger.Debug("DBG starved")
 		return c.round(ctx)
 	}
 	if err := sleep(ctx, time.Until(expect)); err != nil {
@@ -193,6 +216,7 @@ func (c *committer) follow(ctx context.Context) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			c.logger.Debug("DBG help", "v", c.st.Version+1, "iv", iv, "since", time.Since(c.seenAt))
 			return c.round(ctx)
 		}
 		gap := max(iv/4, rtt/2)
@@ -205,14 +229,26 @@ func (c *committer) follow(ctx context.Context) error {
 	}
 }
 
-// starved reports whether this producer's oldest waiting TGB has waited
-// through several versions: the leader does not probe it (dormant) or its
+// starved reports whether versions keep coming without this producer's
+// oldest waiting TGB: the leader does not probe it (dormant) or its
 // versions are full. It then commits itself.
-func (c *committer) starved(iv, rtt time.Duration) bool {
+func (c *committer) starved() bool {
 	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue) > 0 && time.Since(p.queue[0].uploaded) > 3*iv+4*rtt+20*time.Millisecond
+	return len(p.queue) > 0 && p.queue[0].missed >= 2
+}
+
+// missed counts a version, built at built (its record's time, the
+// creator's clock), that left this producer's oldest waiting TGB out
+// although it was uploaded before. A clock ahead of ours only makes this
+// producer help sooner.
+func (p *Producer) missed(built time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) > 0 && built.After(p.queue[0].uploaded) {
+		p.queue[0].missed++
+	}
 }
 
 // readNext reads version v+1 and applies it (and catches up when this
@@ -231,41 +267,47 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 		}
 		return n > 0, nil
 	}
-	start := time.Now()
-	v, err := c.l.ReadVersion(ctx, st.Version+1)
-	now := time.Now()
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		c.rtt.add(now.Sub(start), 0.1)
-		st.seenHead, c.errs = start, nil
-		return false, nil
-	case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
-		return false, err
-	case err != nil:
-		if c.errs == nil {
-			c.errs = newBackoff()
+	// Read v+1, and on while this committer is behind: each read that
+	// finds its version costs one GET, and only the last one misses.
+	moved := false
+	for {
+		start := time.Now()
+		v, err := c.l.ReadVersion(ctx, st.Version+1)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			c.rtt.add(time.Since(start), 0.1)
+			st.seenHead, c.errs = start, nil
+			return moved, nil
+		case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
+			return moved, err
+		case err != nil:
+			if c.errs == nil {
+				c.errs = newBackoff()
+			}
+			c.logger.Warn("reading the log failed; retrying", "err", err)
+			return moved, c.errs.wait(ctx)
 		}
-		c.logger.Warn("reading the log failed; retrying", "err", err)
-		return false, c.errs.wait(ctx)
-	}
-	c.rtt.add(now.Sub(start), 0.1)
-	c.errs = nil
-	if err := st.Apply(v); err != nil {
-		return false, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
-	}
-	late := now.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
-	if late {
-		// Others created more while we were not looking: read them all.
-		if _, err := c.l.refreshRetry(ctx, st, c.logger); err != nil {
-			return false, err
+		c.rtt.add(time.Since(start), 0.1)
+		c.errs = nil
+		if err := st.Apply(v); err != nil {
+			return moved, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
+		}
+		// Behind by more than this version? Judged before saw() moves seenAt.
+		behind := start.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
+		// seenAt is when the read was sent: what this committer knows of
+		// when the version landed, so its polls do not drift later.
+		c.saw(start, nil)
+		c.p.missed(v.Time)
+		moved = true
+		if !behind {
+			return true, nil
 		}
 	}
-	c.saw(now, nil)
-	return true, nil
 }
 
 // round builds version v+1 from the state at v and tries to create it.
 func (c *committer) round(ctx context.Context) error {
+	c.roundAt = time.Now()
 	v, err := c.build(ctx)
 	if err != nil {
 		return err
@@ -281,6 +323,7 @@ func (c *committer) round(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
+	c.logger.Debug("DBG round", "v", v.Version, "tgbs", len(v.TGBs), "leading", c.leading, "won", out == committed, "create", now.Sub(start), "pace", c.pace(), "probed", c.probed, "iv", c.interval.or(0), "rtt", c.rtt.or(0))
 	if out == lostRace {
 		c.leading = false
 		c.saw(now, nil)
@@ -288,6 +331,7 @@ func (c *committer) round(ctx context.Context) error {
 	}
 	c.rtt.add(now.Sub(start), 0.2)
 	c.leading = true
+	c.adapt(len(v.TGBs))
 	c.saw(now, v)
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
 	return nil
@@ -316,22 +360,18 @@ func (c *committer) commitSolo(ctx context.Context) error {
 }
 
 // saw accounts for the state having moved to its newest version at now
-// (created by this committer when created is not nil): version interval,
-// commit rate, the producer's completed TGBs and what it reports.
+// (created by this committer when created is not nil): the interval
+// between versions, the producer's completed TGBs and what it reports.
 func (c *committer) saw(now time.Time, created *Version) {
 	st := c.st
 	if n := st.Version - c.seenVer; n > 0 {
-		dt := now.Sub(c.seenAt)
-		c.interval.add(dt/time.Duration(n), 0.2)
-		if secs := dt.Seconds(); secs > 0 {
-			r := float64(st.NextStep()-c.seenNext) / secs
-			if c.rate == 0 {
-				c.rate = r
-			} else {
-				c.rate = 0.8*c.rate + 0.2*r
-			}
+		// The records' times, not when this committer happened to read
+		// them (a follower polls late as often as early); not since the
+		// version it started from, whose time includes registering.
+		if dt := st.Time.Sub(c.seenTime); dt > 0 && dt < time.Minute && c.seenVer > c.startVer {
+			c.interval.add(dt/time.Duration(n), 0.3)
 		}
-		c.seenAt, c.seenNext, c.seenVer = now, st.NextStep(), st.Version
+		c.seenAt, c.seenVer, c.seenTime = now, st.Version, st.Time
 	}
 	cs := CommitStats{Version: st.Version, Committed: now}
 	if created != nil {
@@ -419,7 +459,11 @@ func (c *committer) probe(ctx context.Context) ([][]*TGB, error) {
 	var targets []*target
 	for _, id := range slices.Sorted(maps.Keys(st.Producers)) {
 		if ps := st.Producers[id]; id != c.p.id && c.shouldProbe(id, ps) {
-			targets = append(targets, &target{id: id, ps: ps, slots: make([]slot, max(1, c.depth[id]))})
+			d, ok := c.depth[id]
+			if !ok {
+				d = 2
+			}
+			targets = append(targets, &target{id: id, ps: ps, slots: make([]slot, d)})
 		}
 	}
 	c.probed = len(targets) + 1
@@ -453,7 +497,7 @@ func (c *committer) probe(ctx context.Context) ([][]*TGB, error) {
 		}
 		d := len(tg.slots)
 		if len(found) == d {
-			c.depth[tg.id] = min(2*d, maxProbeDepth)
+			c.depth[tg.id] = min(4*d, maxProbeDepth) // a backlog: catch up fast
 		} else {
 			c.depth[tg.id] = len(found) + 1
 		}

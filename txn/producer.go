@@ -75,6 +75,7 @@ type Resume struct {
 type Pending struct {
 	Seq      uint64
 	uploaded time.Time
+	missed   int    // versions built after its upload that did not include it (committer only)
 	tgb      *TGB // ranks and packs filled; step assigned at commit
 	done     chan struct{}
 	step     int64 // valid after done, when err == nil
@@ -149,7 +150,9 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 		opts.Logger = slog.Default()
 	}
 	logger := opts.Logger.With("producer", opts.ID)
+	loading := time.Now()
 	st, err := loadRetry(ctx, l, logger)
+	loadTook := time.Since(loading)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +188,11 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	p.cond = sync.NewCond(&p.mu)
 	p.logger.Info("producer registered", "seq", ps.Seq, "cursor", ps.Cursor, "version", st.Version)
 	c := newCommitter(p, st, opts.Solo)
+	// A first guess of the store's round trip, so that a new follower
+	// gives a leader its time before it helps: a load is about three
+	// (hint, snapshot, the version after it). Registering may have waited
+	// out other writers, so it says less.
+	c.rtt.add(min(max(loadTook/3, time.Millisecond), time.Second), 1)
 	go c.run(cctx)
 	return p, nil
 }
