@@ -281,7 +281,7 @@ func TestHungMountDoesNotFreezeDriver(t *testing.T) {
 type fakeMounter struct {
 	loseDir bool
 
-	mu     sync.Mutex
+	mu      sync.Mutex
 	starts  int      // GUARDED_BY(mu)
 	stopped []procID // GUARDED_BY(mu): the processes stop was given
 }
