@@ -1,6 +1,7 @@
 // Package proc starts a lakefs-mount child process, waits until its view is
-// served and stops it: the one helper for every supervisor (the CSI
-// driver, the benchmarks, the integration tests).
+// served and stops it: the one helper for the supervisors (the CSI driver,
+// the benchmarks). The integration tests spawn lakefs-mount themselves to
+// see the exit status of children that fail on purpose.
 //
 // Readiness is lakefs-mount's --ready-fd: the child writes a line to a
 // pipe once the FUSE mount is up and the first state is loaded, so an
