@@ -4,9 +4,9 @@
 //
 // # Shape
 //
-// Volumes with the same view (mount.Options.ShareKey: what gc and
-// back-pressure see) and the same credentials share one lakefs-mount per
-// node (one cache, one poller, one heartbeat), mounted at
+// Volumes of one consumer (the volume id, or the "consumer" attribute)
+// with the same view (mount.Options.ShareKey: what gc and back-pressure
+// see) and the same credentials share one lakefs-mount per node (one cache, one poller, one heartbeat), mounted at
 // <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
 // of it. The process is started, awaited (--ready-fd) and, while this
 // driver instance runs, stopped through mount/proc. The lakefs-mount processes run in their own process group (and,

@@ -45,7 +45,7 @@ func (d *driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	}
 	unlock := d.reg.lock(v.Key)
 	defer unlock()
-	k, _, recorded := d.reg.keyOf(target)
+	k, recorded := d.reg.keyOf(target)
 	if recorded && k != v.Key {
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is published for another volume's options; unpublish it first", target)
 	}
@@ -240,7 +240,7 @@ func (d *driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 		return nil, invalid("target path %q is not absolute", req.GetTargetPath())
 	}
 	target := filepath.Clean(req.GetTargetPath())
-	key, _, ok := d.reg.keyOf(target)
+	key, ok := d.reg.keyOf(target)
 	if !ok {
 		d.log.Info("unpublish of a target this driver did not publish: nothing to do", "volume", req.GetVolumeId(), "target", target)
 		return &csipb.NodeUnpublishVolumeResponse{}, nil

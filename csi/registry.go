@@ -122,17 +122,16 @@ func (r *registry) get(key string) (sharedMount, bool) {
 	return m.clone(), true
 }
 
-// keyOf returns the share key whose mount has target, and the volume id
-// target was published for ("" if not recorded).
-func (r *registry) keyOf(target string) (key, volID string, ok bool) {
+// keyOf returns the share key whose mount has target.
+func (r *registry) keyOf(target string) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, m := range r.mounts {
 		if slices.Contains(m.Targets, target) {
-			return k, m.Volumes[target], true
+			return k, true
 		}
 	}
-	return "", "", false
+	return "", false
 }
 
 // all returns copies of every mount.
