@@ -1,12 +1,15 @@
 # The image of the Kubernetes pieces: lakefs-csi (the node plugin),
 # lakefs-mount (started by it, one per shared mount) and lakefs-produce
-# (for producer pods). Build: docker build -t lakestream/lakestream:0.1.0 .
+# (for producer pods). Build: make image (IMAGE=REGISTRY/lakestream:TAG),
+# which passes VERSION (git describe): the image has no .git to read it from.
 FROM golang:1.26-bookworm AS build
+ARG VERSION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags=-s -o /out/ ./cmd/lakefs-csi ./cmd/lakefs-mount ./cmd/lakefs-produce
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -X github.com/lakestream/lakestream/internal/buildinfo.version=${VERSION}" \
+    -o /out/ ./cmd/lakefs-csi ./cmd/lakefs-mount ./cmd/lakefs-produce
 
 FROM debian:bookworm-slim
 # CA certificates for S3 over TLS; lakefs-mount mounts FUSE itself (as

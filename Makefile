@@ -6,12 +6,19 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build test lint fmt-check vet staticcheck unit tools demo example bench bench-peers soak seaweedfs clean
+.PHONY: all build image test lint fmt-check vet staticcheck unit tools demo example bench bench-peers soak seaweedfs clean
 
 all: build
 
 build:
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
+
+# The Kubernetes image (Dockerfile); VERSION is what lakefs-csi reports
+# (GetPluginInfo, --version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+IMAGE ?= lakestream/lakestream:$(VERSION)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
 

@@ -4,9 +4,9 @@
 //
 // # Shape
 //
-// Volumes with the same view (mount.Options.ShareKey: what gc and
-// back-pressure see) and the same credentials share one lakefs-mount per
-// node (one cache, one poller, one heartbeat), mounted at
+// Volumes of one consumer (the volume id, or the "consumer" attribute)
+// with the same view (mount.Options.ShareKey: what gc and back-pressure
+// see) and the same credentials share one lakefs-mount per node (one cache, one poller, one heartbeat), mounted at
 // <state-dir>/mounts/<key>; each pod's target is a read-only bind mount
 // of it. The process is started, awaited (--ready-fd) and, while this
 // driver instance runs, stopped through mount/proc. The lakefs-mount processes run in their own process group (and,
@@ -30,9 +30,11 @@
 //
 // registry.mu guards the registry's maps and the state file; each share
 // key has its own lock, held across a publish or unpublish of that key
-// (starting or stopping a process takes seconds). Lock order: key lock,
-// then registry.mu; registry.mu is never held across a process start,
-// a mount or an unmount.
+// (starting or stopping a process takes seconds); execMounter.mu guards
+// the processes this instance started. Lock order: key lock, then
+// registry.mu or execMounter.mu, never both; neither is held across a
+// process start, a mount or an unmount. Across processes, an flock on
+// <state-dir>/lock keeps a second driver off the state directory.
 package csi
 
 import (
@@ -44,14 +46,18 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/mount/proc"
 )
@@ -65,9 +71,6 @@ const (
 	DefaultEndpoint = "unix:///csi/csi.sock"
 	DefaultStateDir = "/var/lib/lakestream-csi"
 )
-
-// vendorVersion is reported by GetPluginInfo.
-const vendorVersion = "0.1.0"
 
 // Options configure the driver.
 type Options struct {
@@ -100,6 +103,11 @@ func (o *Options) check() error {
 	if o.StateDir == "" || !filepath.IsAbs(o.StateDir) {
 		return flagval.Usagef("--state-dir %q must be an absolute directory", o.StateDir)
 	}
+	if o.MountCgroup != "" {
+		if err := checkCgroup2(o.MountCgroup); err != nil {
+			return err
+		}
+	}
 	if o.MountBinary == "" {
 		if o.MountBinary = proc.FindBin(); o.MountBinary == "" {
 			return flagval.Usagef("lakefs-mount is neither next to lakefs-csi nor on PATH; pass --mount-binary PATH")
@@ -107,6 +115,30 @@ func (o *Options) check() error {
 	}
 	if _, err := socketPath(o.Endpoint); err != nil {
 		return err
+	}
+	return nil
+}
+
+// checkCgroup2 tells whether dir is (or would be created) in a cgroup v2
+// hierarchy: on cgroup v1 every start would fail.
+func checkCgroup2(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return flagval.Usagef("--mount-cgroup %q must be an absolute directory in a cgroup v2 hierarchy", dir)
+	}
+	p := dir
+	var st unix.Statfs_t
+	for {
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.ENOENT) || p == "/" {
+			return flagval.Usagef("--mount-cgroup %s: %v", dir, err)
+		}
+		p = filepath.Dir(p)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return flagval.Usagef("--mount-cgroup %s is not in a cgroup v2 hierarchy (%s is not cgroup2; a cgroup v1 node?); pass --mount-cgroup \"\" (the chart's node.mountCgroup: \"\") or a directory under the cgroup2 mount", dir, p)
 	}
 	return nil
 }
@@ -128,22 +160,37 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	d, err := newDriver(ctx, o, newExecMounter(o.MountBinary, o.MountCgroup))
+	unlock, err := lockStateDir(o.StateDir)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	sock, _ := socketPath(o.Endpoint)
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return fmt.Errorf("creating the socket directory: %w", err)
 	}
-	// A socket file left by a killed driver refuses the bind.
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing the old socket %s: %w", sock, err)
+	if err := removeStaleSocket(ctx, sock); err != nil {
+		return err
+	}
+	d, err := newDriver(ctx, o, newExecMounter(o.MountBinary, o.MountCgroup))
+	if err != nil {
+		return err
 	}
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", sock, err)
 	}
+	// Unlink on exit only the socket this instance made: another one may
+	// have taken the path since.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	var mine unix.Stat_t
+	_ = unix.Stat(sock, &mine)
+	defer func() {
+		var st unix.Stat_t
+		if unix.Stat(sock, &st) == nil && st.Ino == mine.Ino && st.Dev == mine.Dev {
+			_ = os.Remove(sock)
+		}
+	}()
 	srv := d.server()
 	done := make(chan struct{})
 	go func() {
@@ -151,10 +198,51 @@ func Run(ctx context.Context, o Options) error {
 		<-ctx.Done()
 		srv.GracefulStop()
 	}()
-	o.Logger.Info("serving", "driver", DriverName, "endpoint", o.Endpoint, "node", o.NodeID)
+	o.Logger.Info("serving", "driver", DriverName, "version", buildinfo.Short(), "endpoint", o.Endpoint, "node", o.NodeID)
 	err = srv.Serve(l)
 	<-done
 	return err
+}
+
+// lockStateDir takes an exclusive flock on <stateDir>/lock (the kernel
+// drops it when this process dies, even by kill -9), so that two drivers
+// never share a registry; the returned function releases it.
+func lockStateDir(stateDir string) (unlock func(), err error) {
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the state directory: %w", err)
+	}
+	path := filepath.Join(stateDir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state directory %s is in use by another lakefs-csi (pid %s); stop it, or give each driver its own --state-dir", stateDir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	// The holder's pid is for the message above only.
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { f.Close() }, nil
+}
+
+// removeStaleSocket removes a socket file left by a killed driver (it
+// refuses the bind), and refuses a socket another process still serves.
+func removeStaleSocket(ctx context.Context, sock string) error {
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if c, err := (&net.Dialer{}).DialContext(dctx, "unix", sock); err == nil {
+		c.Close()
+		return fmt.Errorf("socket %s is served by another process (a second lakefs-csi?); stop it or pass another --endpoint", sock)
+	}
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the old socket %s: %w", sock, err)
+	}
+	return nil
 }
 
 // driver implements the CSI Identity and Node services.
@@ -203,7 +291,7 @@ func (d *driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 
 // GetPluginInfo names the driver.
 func (d *driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
-	return &csipb.GetPluginInfoResponse{Name: DriverName, VendorVersion: vendorVersion}, nil
+	return &csipb.GetPluginInfoResponse{Name: DriverName, VendorVersion: buildinfo.Short()}, nil
 }
 
 // GetPluginCapabilities: no controller service, no topology.

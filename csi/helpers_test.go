@@ -22,6 +22,8 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lakestream/lakestream/mount"
 )
 
 // testBins are the commands the tests run, built once per test binary.
@@ -236,7 +238,7 @@ func publishReq(volID, target string, attrs, secrets map[string]string) *csipb.N
 func cleanupTargets(t *testing.T, stateDir string, targets ...string) {
 	t.Cleanup(func() {
 		for _, tg := range targets {
-			_ = unmountAll(tg)
+			_ = mount.Unmount(tg)
 		}
 		reg, err := openRegistry(stateDir)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -103,8 +104,12 @@ func newExecMounter(binary, cgroup string) *execMounter {
 	return &execMounter{binary: binary, cgroup: cgroup, children: map[int]*proc.Proc{}}
 }
 
-// stopTimeout bounds a graceful stop of an adopted process before SIGKILL.
-const stopTimeout = 30 * time.Second
+// stopTimeout bounds a graceful stop of an adopted process before
+// SIGKILL; killWait the wait after SIGKILL, and again after an abort.
+const (
+	stopTimeout = 30 * time.Second
+	killWait    = 5 * time.Second
+)
 
 // start runs lakefs-mount in its own process group (and cgroup), with its
 // output appended to logPath: a pipe to the driver would break, and with
@@ -115,8 +120,11 @@ func (m *execMounter) start(ctx context.Context, v volume, dir, logPath string) 
 		return procID{}, fmt.Errorf("opening the mount's log: %w", err)
 	}
 	defer logf.Close()
-	c := proc.Config{Bin: m.binary, Options: v.Options, Env: childEnv(v.Env), Output: logf}
-	c.Options.Mountpoint = dir
+	// The store URL goes in the environment, not argv: any user can read
+	// a process's argv.
+	o := v.Options
+	o.Store, o.Mountpoint = "", dir
+	c := proc.Config{Bin: m.binary, Args: o.Args(), Env: append(childEnv(v.Env), storeEnv+"="+v.Options.Store), Output: logf}
 	if m.cgroup != "" {
 		cg, err := openCgroup(m.cgroup, v.Key)
 		if err != nil {
@@ -132,6 +140,9 @@ func (m *execMounter) start(ctx context.Context, v volume, dir, logPath string) 
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner
 		}
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == 2 {
+			err = fmt.Errorf("%w: %w", errRefused, err)
+		}
 		return procID{}, fmt.Errorf("%w; its log (%s) ends: %s", err, logPath, lastLine(logPath))
 	}
 	start, _ := startTime(p.Pid())
@@ -141,13 +152,24 @@ func (m *execMounter) start(ctx context.Context, v volume, dir, logPath string) 
 	return procID{PID: p.Pid(), Start: start}, nil
 }
 
-// childEnv is the driver's environment with env's variables replacing
-// any of the same name (a volume's secret wins over the driver's own
-// credentials).
+// storeEnv is lakefs-mount's environment variable for --store.
+const storeEnv = "LAKEFS_STORE"
+
+// errRefused: lakefs-mount refused the volume's options (its usage
+// error, exit status 2), e.g. ranks the stream does not have.
+var errRefused = errors.New("lakefs-mount refused the volume's attributes")
+
+// childEnv is the driver's environment for a lakefs-mount. With a secret
+// (env), the AWS variables are the secret's alone: a key pair mixed with
+// the driver's session token, profile or role would be another identity.
+// AWS_CA_BUNDLE stays: it is the node's trust store, not an identity.
 func childEnv(env []string) []string {
 	out := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+		if name == storeEnv {
+			return true
+		}
+		return len(env) > 0 && strings.HasPrefix(name, "AWS_") && name != "AWS_CA_BUNDLE"
 	})
 	return append(out, env...)
 }
@@ -166,8 +188,9 @@ func openCgroup(parent, key string) (*os.File, error) {
 }
 
 // stop stops p: through mount/proc if this instance started it (SIGTERM,
-// SIGKILL after a bound, lazy unmount), else through a pidfd; either way
-// dir ends up unmounted.
+// SIGKILL after a bound, an abort of its connection if even that does not
+// end it, lazy unmount), else the same through a pidfd; either way dir
+// ends up unmounted.
 func (m *execMounter) stop(ctx context.Context, p procID, dir string) error {
 	m.mu.Lock()
 	child := m.children[p.PID]
@@ -177,12 +200,17 @@ func (m *execMounter) stop(ctx context.Context, p procID, dir string) error {
 		_ = child.Stop() // its exit status: killed or not, it is gone
 	} else if p.alive() {
 		if err := signalAndWait(ctx, p, unix.SIGTERM, stopTimeout); err != nil {
-			if err := signalAndWait(ctx, p, unix.SIGKILL, stopTimeout); err != nil {
-				return fmt.Errorf("stopping lakefs-mount (pid %d): %w", p.PID, err)
+			if err := signalAndWait(ctx, p, unix.SIGKILL, killWait); err != nil {
+				// Killed, it cannot exit while a request of its own mount
+				// waits in it: end the connection.
+				_ = mount.Abort(dir)
+				if err := signalAndWait(ctx, p, unix.SIGKILL, killWait); err != nil {
+					return fmt.Errorf("stopping lakefs-mount (pid %d): %w", p.PID, err)
+				}
 			}
 		}
 	}
-	if err := unmountAll(dir); err != nil {
+	if err := mount.Unmount(dir); err != nil {
 		return err
 	}
 	if m.cgroup != "" {
@@ -208,6 +236,10 @@ func signalAndWait(ctx context.Context, p procID, sig unix.Signal, d time.Durati
 	}
 	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signalling: %w", err)
+	}
+	if sig == unix.SIGTERM {
+		// A stopped (SIGSTOP) process handles SIGTERM only once continued.
+		_ = unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
 	}
 	deadline := time.Now().Add(d)
 	for ctx.Err() == nil && time.Now().Before(deadline) {

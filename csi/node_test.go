@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lakestream/lakestream/internal/s3test"
+
+	"github.com/lakestream/lakestream/mount"
 )
 
 // The ephemeral-volume attributes the kubelet adds; the driver must ignore them.
@@ -43,7 +45,7 @@ func withAttrs(base map[string]string, kv ...string) map[string]string {
 	return m
 }
 
-// TestPublishShared: two pods' volumes of the same stream share one
+// TestPublishShared: two pods of one volume (one consumer) share one
 // lakefs-mount, each sees every file of a committed step byte for byte
 // through its read-only bind mount (writes get EROFS), publish is
 // idempotent, and unpublishing one leaves the other reading; the last
@@ -79,9 +81,9 @@ func testPublishShared(t *testing.T, attrs, secrets map[string]string, step stri
 	t2 := filepath.Join(pods, "pod-2", "volumes", "stream", "mount")
 	cleanupTargets(t, d.stateDir, t1, t2)
 	for _, r := range []*csipb.NodePublishVolumeRequest{
-		publishReq("vol-1", t1, withAttrs(attrs), secrets),
-		publishReq("vol-2", t2, withAttrs(attrs), secrets),
-		publishReq("vol-1", t1, withAttrs(attrs), secrets), // again: idempotent
+		publishReq("vol", t1, withAttrs(attrs), secrets),
+		publishReq("vol", t2, withAttrs(attrs), secrets),
+		publishReq("vol", t1, withAttrs(attrs), secrets), // again: idempotent
 	} {
 		if _, err := d.node.NodePublishVolume(ctx, r); err != nil {
 			t.Fatalf("publish %s: %v", r.TargetPath, err)
@@ -102,7 +104,7 @@ func testPublishShared(t *testing.T, attrs, secrets map[string]string, step stri
 		t.Fatalf("registry: %+v, want one mount with two targets", ms)
 	}
 
-	unpublish(t, d, "vol-1", t1)
+	unpublish(t, d, "vol", t1)
 	if _, err := os.Stat(t1); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("target %s after unpublish: %v, want it removed", t1, err)
 	}
@@ -110,8 +112,8 @@ func testPublishShared(t *testing.T, attrs, secrets map[string]string, step stri
 	if pids := mountProcs(t, d.stateDir); len(pids) != 1 {
 		t.Fatalf("after one unpublish %d lakefs-mount processes, want the shared one still: %v", len(pids), pids)
 	}
-	unpublish(t, d, "vol-2", t2)
-	unpublish(t, d, "vol-2", t2) // a target already gone
+	unpublish(t, d, "vol", t2)
+	unpublish(t, d, "vol", t2) // a target already gone
 	assertAllStopped(t, d.stateDir)
 	return d
 }
@@ -212,9 +214,15 @@ func assertNoSecret(t *testing.T, d *testDriver, secret string) {
 	}
 }
 
-// TestPublishErrors: a bad attribute, an unknown one, a missing store and
-// a secret missing a key each give InvalidArgument naming it, never the
-// secret's value, and leave nothing mounted or running.
+// TestPublishErrors: what the driver cannot honour or the volume gets
+// wrong fails with InvalidArgument naming it, before anything is started
+// (a bad attribute, an unknown one, a missing store, a secret missing a
+// key, credentials in the store URL, a write access mode, readonly=false,
+// a mount flag, a file:// store that is relative, missing or a file,
+// mem://) or, for what needs the stream (ranks it does not have, a
+// view-ranks that does not divide them, an unknown S3 query parameter),
+// from lakefs-mount's usage error; never with a secret's value; nothing is
+// left mounted or running (issue 32 items 2 and 16).
 func TestPublishErrors(t *testing.T) {
 	requireFUSE(t)
 	url := "file://" + t.TempDir()
@@ -223,21 +231,53 @@ func TestPublishErrors(t *testing.T) {
 	target := filepath.Join(t.TempDir(), "mount")
 	cleanupTargets(t, d.stateDir, target)
 	const secretValue = "AKIA-very-secret-id"
+	aFile := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(aFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writer := func(mode csipb.VolumeCapability_AccessMode_Mode) func(*csipb.NodePublishVolumeRequest) {
+		return func(r *csipb.NodePublishVolumeRequest) {
+			r.VolumeCapability.AccessMode.Mode = mode
+			delete(r.VolumeContext, kubeAttrPrefix+"ephemeral") // a PersistentVolume's mode
+		}
+	}
 	cases := []struct {
 		attrs   map[string]string
 		secrets map[string]string
+		edit    func(*csipb.NodePublishVolumeRequest)
 		want    string
 	}{
-		{withAttrs(nil, "store", url, "cache-size", "lots"), nil, "cache-size"},
-		{withAttrs(nil, "store", url, "prefetch-steps", "-1"), nil, "prefetch-steps"},
-		{withAttrs(nil, "store", url, "no-such-option", "1"), nil, "no-such-option"},
-		{withAttrs(nil, "cache-size", "1GiB"), nil, `"store"`},
-		{withAttrs(nil, "store", url, "node-id", "x"), nil, "node-id"},
-		{withAttrs(nil, "store", url), map[string]string{"AWS_ACCESS_KEY_ID": secretValue}, "AWS_SECRET_ACCESS_KEY"},
-		{withAttrs(nil, "store", url), map[string]string{"password": secretValue}, "password"},
+		{attrs: withAttrs(nil, "store", url, "cache-size", "lots"), want: "cache-size"},
+		{attrs: withAttrs(nil, "store", url, "prefetch-steps", "-1"), want: "prefetch-steps"},
+		{attrs: withAttrs(nil, "store", url, "no-such-option", "1"), want: "no-such-option"},
+		{attrs: withAttrs(nil, "cache-size", "1GiB"), want: `"store" is missing`},
+		{attrs: withAttrs(nil, "Store", url), want: `unknown volume attribute "Store"`},
+		{attrs: withAttrs(nil, "store", url, "node-id", "x"), want: "node-id"},
+		{attrs: withAttrs(nil, "store", url), secrets: map[string]string{"AWS_ACCESS_KEY_ID": secretValue}, want: "AWS_SECRET_ACCESS_KEY"},
+		{attrs: withAttrs(nil, "store", url), secrets: map[string]string{"password": secretValue}, want: "password"},
+		{attrs: withAttrs(nil, "store", "s3://AKIAX:"+secretValue+"@bucket/p?endpoint=http://127.0.0.1:1"), want: "credentials"},
+		{attrs: withAttrs(nil, "store", "s3://bucket/p?endpoint=http://AKIAX:"+secretValue+"@127.0.0.1:1&region=us-east-1"), want: "credentials"},
+		{attrs: withAttrs(nil, "store", "s3://bucket/p?endpoint=http://AKIAX:a/"+secretValue+"@127.0.0.1:1"), want: "credentials"},
+		{attrs: withAttrs(nil, "store", "file://relative/dir"), want: "absolute"},
+		{attrs: withAttrs(nil, "store", "file:///nonexistent/stream"), want: "/nonexistent/stream"},
+		{attrs: withAttrs(nil, "store", "file://"+aFile), want: "not a directory"},
+		{attrs: withAttrs(nil, "store", "mem://x"), want: "mem://"},
+		{attrs: withAttrs(nil, "store", url, "ranks", "5"), want: "rank 5"},
+		{attrs: withAttrs(nil, "store", url, "view-ranks", "3"), want: "--view-ranks 3"},
+		{attrs: withAttrs(nil, "store", "s3://bucket/p?endpoint=http://127.0.0.1:1&colour=blue"), want: "colour"},
+		{attrs: withAttrs(nil, "store", url), edit: func(r *csipb.NodePublishVolumeRequest) { r.Readonly = false }, want: "readOnly: true"},
+		{attrs: withAttrs(nil, "store", url), edit: writer(csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), want: "SINGLE_NODE_WRITER"},
+		{attrs: withAttrs(nil, "store", url), edit: writer(csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), want: "MULTI_NODE_MULTI_WRITER"},
+		{attrs: withAttrs(nil, "store", url), edit: func(r *csipb.NodePublishVolumeRequest) {
+			r.VolumeCapability.GetMount().MountFlags = []string{"rw"}
+		}, want: `"rw"`},
 	}
 	for _, c := range cases {
-		_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, c.attrs, c.secrets))
+		r := publishReq("vol", target, c.attrs, c.secrets)
+		if c.edit != nil {
+			c.edit(r)
+		}
+		_, err := d.node.NodePublishVolume(t.Context(), r)
 		st := status.Convert(err)
 		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), c.want) {
 			t.Errorf("publish with %v: %v, want InvalidArgument naming %s", c.attrs, err, c.want)
@@ -245,13 +285,25 @@ func TestPublishErrors(t *testing.T) {
 		if strings.Contains(st.Message(), secretValue) {
 			t.Errorf("the error shows the secret's value: %s", st.Message())
 		}
+		if c.want == `unknown volume attribute "Store"` && strings.Contains(st.Message(), "node-id") {
+			t.Errorf("the list of known attributes names one the driver refuses: %s", st.Message())
+		}
 	}
-	// A store lakefs-mount cannot open: the error quotes its log's last line.
-	_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", "file:///nonexistent/stream"), nil))
-	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "/nonexistent/stream") {
-		t.Errorf("publish of a missing stream: %v, want Internal quoting lakefs-mount's error", err)
+	// The kubelet's fixed mode for inline volumes is fine when read-only.
+	r := publishReq("vol", target, withAttrs(nil, "store", url), nil)
+	r.VolumeCapability.AccessMode.Mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	r.VolumeContext[kubeAttrPrefix+"ephemeral"] = "true"
+	if _, err := d.node.NodePublishVolume(t.Context(), r); err != nil {
+		t.Errorf("publish of an inline volume (SINGLE_NODE_WRITER, readonly): %v", err)
 	}
-	if s, _ := stateOf(target); s != notMounted {
+	unpublish(t, d, "vol", target)
+	// A directory with no stream in it: the error quotes lakefs-mount's log.
+	empty := "file://" + t.TempDir()
+	_, err := d.node.NodePublishVolume(t.Context(), publishReq("vol", target, withAttrs(nil, "store", empty), nil))
+	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "no stream") {
+		t.Errorf("publish of a directory without a stream: %v, want Internal quoting lakefs-mount's error", err)
+	}
+	if s, _ := mount.StateOf(t.Context(), target); s != mount.NotMounted {
 		t.Errorf("target is mounted after failed publishes")
 	}
 	assertAllStopped(t, d.stateDir)

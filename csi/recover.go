@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/lakestream/lakestream/mount"
 )
 
 // recover makes the registry true again after a driver restart: a mount
@@ -37,7 +39,7 @@ func (d *driver) recover(ctx context.Context) error {
 		}
 		dir := filepath.Join(d.stateDir, "mounts", e.Name())
 		d.log.Warn("cleaning a mount no registry entry names", "dir", dir)
-		if err := unmountAll(dir); err != nil {
+		if err := mount.Unmount(dir); err != nil {
 			return err
 		}
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -47,16 +49,23 @@ func (d *driver) recover(ctx context.Context) error {
 	return nil
 }
 
-// recoverMount adopts or cleans one registry entry.
+// recoverMount adopts or cleans one registry entry. A hung mount is
+// adopted as it is, targets and all, without looking into them (they hang
+// too): the driver must come up for the node's other volumes, and the
+// next publish of its volume restarts it, its last unpublish stops it.
 func (d *driver) recoverMount(ctx context.Context, m sharedMount) error {
 	live := false
 	if m.Proc.alive() {
-		s, err := stateOf(m.Dir)
-		live = err == nil && s == mountedLive
+		s, err := mount.StateOf(ctx, m.Dir)
+		if err == nil && s == mount.Hung {
+			d.log.Warn("adopted a shared mount that does not answer; the next publish of its volume restarts it", "mount", m.Key, "pid", m.Proc.PID, "targets", len(m.Targets))
+			return d.reg.put(m)
+		}
+		live = err == nil && s == mount.Live
 	}
 	m.Targets = slices.DeleteFunc(m.Targets, func(t string) bool {
-		s, err := stateOf(t)
-		return err == nil && s == notMounted
+		s, err := mount.StateOf(ctx, t)
+		return err == nil && s == mount.NotMounted
 	})
 	if !live {
 		d.log.Warn("cleaning a dead shared mount", "mount", m.Key, "pid", m.Proc.PID, "targets", len(m.Targets))

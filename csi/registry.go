@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,20 @@ type sharedMount struct {
 	// Proc is the serving process; zero once it is known dead (its
 	// targets wait for their unpublish; a publish starts a new one).
 	Proc procID `json:"proc"`
-	// Targets are the pods' bind mounts of Dir, sorted.
+	// Targets are the pods' bind mounts of Dir, sorted. A target is
+	// recorded before it is bound, so no bind exists unrecorded.
 	Targets []string `json:"targets"`
+	// Volumes are the volume ids of Targets (target -> id). Entries
+	// written before it existed have none: any id matches them.
+	Volumes map[string]string `json:"volumes,omitempty"`
+}
+
+// clone is a deep copy of m.
+func (m *sharedMount) clone() sharedMount {
+	c := *m
+	c.Targets = slices.Clone(m.Targets)
+	c.Volumes = maps.Clone(m.Volumes)
+	return c
 }
 
 // procID names a process across pid reuse.
@@ -106,9 +119,7 @@ func (r *registry) get(key string) (sharedMount, bool) {
 	if !ok {
 		return sharedMount{}, false
 	}
-	c := *m
-	c.Targets = slices.Clone(m.Targets)
-	return c, true
+	return m.clone(), true
 }
 
 // keyOf returns the share key whose mount has target.
@@ -129,9 +140,7 @@ func (r *registry) all() []sharedMount {
 	defer r.mu.Unlock()
 	out := make([]sharedMount, 0, len(r.mounts))
 	for _, m := range r.mounts {
-		c := *m
-		c.Targets = slices.Clone(m.Targets)
-		out = append(out, c)
+		out = append(out, m.clone())
 	}
 	return out
 }
@@ -144,6 +153,7 @@ func (r *registry) put(m sharedMount) error {
 		delete(r.mounts, m.Key)
 	} else {
 		slices.Sort(m.Targets)
+		maps.DeleteFunc(m.Volumes, func(t, _ string) bool { return !slices.Contains(m.Targets, t) })
 		r.mounts[m.Key] = &m
 	}
 	return r.saveLocked()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/lakestream/lakestream/mount"
 	"github.com/lakestream/lakestream/mount/proc"
 )
 
@@ -45,7 +46,7 @@ func TestRestartAdopts(t *testing.T) {
 	orphan := leaveOrphanMount(t, stateDir, url)
 
 	d = startDriver(t, stateDir)
-	if s, _ := stateOf(orphan); s != notMounted {
+	if s, _ := mount.StateOf(t.Context(), orphan); s != mount.NotMounted {
 		t.Fatalf("the unrecorded mount %s is still mounted after the restart", orphan)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
@@ -82,7 +83,7 @@ func leaveOrphanMount(t *testing.T, stateDir, url string) string {
 		t.Fatal(err)
 	}
 	<-p.Done()
-	t.Cleanup(func() { _ = unmountAll(dir) })
+	t.Cleanup(func() { _ = mount.Unmount(dir) })
 	return dir
 }
 
@@ -123,7 +124,7 @@ func TestDriverKilled(t *testing.T) {
 	}
 
 	node, _ = startDriverProcess(t, stateDir)
-	if s, err := stateOf(dirB); s != notMounted || err != nil {
+	if s, err := mount.StateOf(t.Context(), dirB); s != mount.NotMounted || err != nil {
 		t.Fatalf("the dead shared mount %s after the restart: state %d, %v; want it unmounted", dirB, s, err)
 	}
 	checkFiles(t, ta, step, files)
@@ -138,7 +139,16 @@ func TestDriverKilled(t *testing.T) {
 // startDriverProcess runs lakefs-csi as a process; kill SIGKILLs it.
 func startDriverProcess(t *testing.T, stateDir string) (node csipb.NodeClient, kill func()) {
 	t.Helper()
-	mountBin, _, csiBin := bins(t)
+	_, _, csiBin := bins(t)
+	node, _, kill = startDriverBinary(t, csiBin, stateDir)
+	return node, kill
+}
+
+// startDriverBinary runs the lakefs-csi binary csiBin as a process; kill
+// SIGKILLs it.
+func startDriverBinary(t *testing.T, csiBin, stateDir string) (node csipb.NodeClient, ident csipb.IdentityClient, kill func()) {
+	t.Helper()
+	mountBin, _, _ := bins(t)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	cmd := exec.Command(csiBin, "--endpoint", "unix://"+sock, "--node-id", "node-b", "--state-dir", stateDir, "--mount-binary", mountBin)
 	cmd.Stderr = os.Stderr
@@ -162,10 +172,11 @@ func startDriverProcess(t *testing.T, stateDir string) (node csipb.NodeClient, k
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if _, err := csipb.NewIdentityClient(conn).Probe(ctx, &csipb.ProbeRequest{}, grpc.WaitForReady(true)); err != nil {
+	ident = csipb.NewIdentityClient(conn)
+	if _, err := ident.Probe(ctx, &csipb.ProbeRequest{}, grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("probe of lakefs-csi: %v", err)
 	}
-	return csipb.NewNodeClient(conn), kill
+	return csipb.NewNodeClient(conn), ident, kill
 }
 
 // TestMountCgroup: with --mount-cgroup, each shared lakefs-mount runs in a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestSanity(t *testing.T) {
 	var report types.Report
 	ginkgo.ReportAfterSuite("collect", func(r types.Report) { report = r })
 	suite, reporter := ginkgo.GinkgoConfiguration()
-	suite.SkipStrings = []string{"Controller Server", "GroupController"}
+	suite.SkipStrings = append([]string{"Controller Server", "GroupController"}, skippedOnPurpose...)
 	reporter.NoColor = true
 	if !ginkgo.RunSpecs(t, "csi-sanity", suite, reporter) {
 		t.Fatal("csi-sanity failed")
@@ -52,8 +53,14 @@ func TestSanity(t *testing.T) {
 	checkSanityReport(t, report)
 }
 
+// skippedOnPurpose are specs that must fail on this driver: "should remove
+// target path" publishes as a writer (SINGLE_NODE_WRITER, readonly
+// false), which a read-only view refuses (issue 32 item 16). What it
+// checks, that unpublish removes the target, TestPublishShared checks.
+var skippedOnPurpose = []string{"should remove target path"}
+
 // checkSanityReport: no Identity or Node spec failed, and each one skipped
-// was skipped for a capability the driver does not claim.
+// was skipped for a capability the driver does not claim, or on purpose.
 func checkSanityReport(t *testing.T, r types.Report) {
 	t.Helper()
 	passed, skipped := 0, 0
@@ -67,6 +74,9 @@ func checkSanityReport(t *testing.T, r types.Report) {
 			passed++
 		case types.SpecStateSkipped:
 			skipped++
+			if slices.ContainsFunc(skippedOnPurpose, func(p string) bool { return strings.Contains(name, p) }) {
+				continue
+			}
 			msg := s.Failure.Message
 			if !strings.Contains(msg, "not supported") && !strings.Contains(msg, "does not have") && !strings.Contains(msg, "Controller Service not provided") {
 				t.Errorf("spec %q was skipped for another reason than a capability the driver does not claim: %q", name, msg)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/mount"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -105,9 +107,16 @@ func (p *mntMountProc) reap(t testing.TB, mnt string, detach bool) {
 	}
 }
 
-// mntAbortFUSE aborts the FUSE connection mounted at mnt (found in
-// mountinfo, without touching the mount) and, if asked, detaches it.
+// mntAbortFUSE aborts the FUSE connection mounted at mnt without touching
+// the mount and, if asked, detaches it (mount.Abort); without detach the
+// dead mount stays, as a killed process leaves it.
 func mntAbortFUSE(t testing.TB, mnt string, detach bool) {
+	if detach {
+		if err := mount.Abort(mnt); err != nil {
+			t.Logf("abort %s: %v", mnt, err)
+		}
+		return
+	}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Error(err)
@@ -121,9 +130,6 @@ func mntAbortFUSE(t testing.TB, mnt string, detach bool) {
 		_, minor, _ := strings.Cut(f[2], ":")
 		if err := os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200); err != nil {
 			t.Logf("abort connection %s: %v", minor, err)
-		}
-		if detach {
-			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	}
 }
@@ -162,16 +168,11 @@ func mntWaitMounted(t testing.TB, p *mntMountProc, mnt string) {
 
 func mntIsMounted(t testing.TB, mnt string) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	s, err := mount.StateOf(context.Background(), mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
-			return true
-		}
-	}
-	return false
+	return s != mount.NotMounted
 }
 
 // TestMountLifecycle runs the lakefs-mount command as a real process:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -81,5 +82,74 @@ func TestAbortThroughSymlink(t *testing.T) {
 	}
 	if _, ok, _ := findMount(mnt); ok {
 		t.Fatal("the mount is still there after Abort")
+	}
+}
+
+// hangFS is a go-fuse root whose Getattr blocks until release is closed:
+// a hung FUSE server.
+type hangFS struct {
+	gofs.Inode
+	release chan struct{}
+}
+
+func (h *hangFS) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	out.Mode = syscall.S_IFDIR | 0o755
+	return 0
+}
+
+// TestStateOf: the one check of a mount point tells nothing, live, dead
+// (the connection aborted: ENOTCONN) and hung (a stat that does not
+// return within StatTimeout) apart, and Unmount frees each (issue 32
+// item 10).
+func TestStateOf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (FUSE DirectMount)")
+	}
+	ctx := t.Context()
+	dir := t.TempDir()
+	if s, err := StateOf(ctx, dir); s != NotMounted || err != nil {
+		t.Errorf("a plain directory: %s, %v; want not mounted", s, err)
+	}
+	if s, err := StateOf(ctx, filepath.Join(dir, "absent")); s != NotMounted || err != nil {
+		t.Errorf("a missing path: %s, %v; want not mounted", s, err)
+	}
+	live := t.TempDir()
+	mountMemFS(t, live, "lakefs")
+	if s, err := StateOf(ctx, live); s != Live || err != nil {
+		t.Errorf("a served mount: %s, %v; want live", s, err)
+	}
+	m, _, _ := findMount(live)
+	dev, _ := devNumber(m.dev)
+	if err := abortConnection(dev); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := StateOf(ctx, live); s != Dead || err != nil {
+		t.Errorf("an aborted mount: %s, %v; want dead", s, err)
+	}
+	if err := Unmount(live); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := StateOf(ctx, live); s != NotMounted {
+		t.Errorf("after Unmount: %s, want not mounted", s)
+	}
+
+	hung := t.TempDir()
+	h := &hangFS{release: make(chan struct{})}
+	srv, err := gofs.Mount(hung, h, &gofs.Options{MountOptions: fuse.MountOptions{Name: "lakefs", DirectMount: true, DirectMountStrict: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Unmount(hung); srv.Wait() })
+	t.Cleanup(func() { close(h.release) })
+	start := time.Now()
+	if s, err := StateOf(ctx, hung); s != Hung || err != nil {
+		t.Errorf("a mount whose server does not answer: %s, %v; want hung", s, err)
+	}
+	if took := time.Since(start); took > StatTimeout+2*time.Second {
+		t.Errorf("StateOf of a hung mount took %s, want about %s", took, StatTimeout)
 	}
 }

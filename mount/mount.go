@@ -210,7 +210,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		return err
 	}
-	if err := prepareMountpoint(o.Mountpoint, o.Logger); err != nil {
+	if err := prepareMountpoint(ctx, o.Mountpoint, o.Logger); err != nil {
 		return err
 	}
 	st, l, state, err := openStream(ctx, o)

@@ -2,6 +2,7 @@ package mount
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,47 +76,133 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// statTimeout bounds the stat of the mount point: a hung FUSE daemon makes
-// it block forever.
-const statTimeout = 5 * time.Second
+// StatTimeout bounds StateOf: a hung FUSE server blocks a stat forever.
+const StatTimeout = 5 * time.Second
 
-func statWithTimeout(path string) (os.FileInfo, error) {
+// MountState is what is mounted at a path.
+type MountState int
+
+// The states StateOf tells apart.
+const (
+	NotMounted MountState = iota // nothing (or the path does not exist)
+	Live                         // a filesystem that answers
+	Dead                         // a FUSE mount whose server is gone (ENOTCONN)
+	Hung                         // no answer within StatTimeout
+)
+
+func (s MountState) String() string {
+	switch s {
+	case NotMounted:
+		return "not mounted"
+	case Live:
+		return "live"
+	case Dead:
+		return "dead"
+	case Hung:
+		return "hung"
+	}
+	return fmt.Sprintf("MountState(%d)", int(s))
+}
+
+// StateOf tells what is mounted at path within StatTimeout: the one check
+// of "what is mounted here" for the mount, its supervisors and the CSI
+// driver. A stat that does not return in time means Hung; its goroutine
+// stays blocked until the mount is aborted or answers. A symlink is
+// NotMounted: the kernel mounts on what it resolves to.
+func StateOf(ctx context.Context, path string) (MountState, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return NotMounted, err
+	}
 	type res struct {
-		fi  os.FileInfo
+		s   MountState
 		err error
 	}
 	ch := make(chan res, 1)
 	go func() {
-		fi, err := os.Stat(path)
-		ch <- res{fi, err}
+		s, err := stateOf(abs)
+		ch <- res{s, err}
 	}()
+	timer := time.NewTimer(StatTimeout)
+	defer timer.Stop()
 	select {
 	case r := <-ch:
-		return r.fi, r.err
-	case <-time.After(statTimeout):
-		return nil, syscall.ETIMEDOUT
+		return r.s, r.err
+	case <-timer.C:
+		return Hung, nil
+	case <-ctx.Done():
+		return NotMounted, fmt.Errorf("checking the mount at %s: %w", abs, ctx.Err())
 	}
+}
+
+// stateOf is StateOf without the bound.
+func stateOf(path string) (MountState, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		switch {
+		case errors.Is(err, unix.ENOTCONN), errors.Is(err, unix.ECONNABORTED):
+			return Dead, nil
+		case errors.Is(err, unix.ENOENT):
+			return NotMounted, nil
+		}
+		return NotMounted, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := unix.Lstat(filepath.Dir(path), &parent); err != nil {
+		return NotMounted, fmt.Errorf("stat %s: %w", filepath.Dir(path), err)
+	}
+	if st.Dev != parent.Dev || st.Ino == parent.Ino { // another device, or "/"
+		return Live, nil
+	}
+	// A bind mount of the same filesystem keeps the device: ask the table.
+	if _, ok, err := findMount(path); err != nil || ok {
+		return Live, err
+	}
+	return NotMounted, nil
+}
+
+// Unmount unmounts everything stacked at path, detaching what is busy. A
+// path that is gone or has nothing mounted is fine. A dead or hung FUSE
+// mount is unmounted like any other: umount does not ask the server.
+func Unmount(path string) error {
+	for range 16 {
+		err := unix.Unmount(path, unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil // not (or no longer) a mount point
+		default:
+			return fmt.Errorf("unmounting %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("unmounting %s: still mounted after 16 unmounts", path)
 }
 
 // prepareMountpoint checks that path can be mounted on: it exists, is a
 // directory, and has no live mount. A stale FUSE mount left by a killed
 // process ("transport endpoint is not connected") is unmounted.
-func prepareMountpoint(path string, log *slog.Logger) error {
-	return prepare(path, log, 3)
+func prepareMountpoint(ctx context.Context, path string, log *slog.Logger) error {
+	return prepare(ctx, path, log, 3)
 }
 
 // prepare is prepareMountpoint, unmounting up to tries stale mounts
 // stacked on path.
-func prepare(path string, log *slog.Logger, tries int) error {
-	fi, err := statWithTimeout(path)
-	switch {
-	case (errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)) && tries > 0:
-		m, ok, ferr := findMount(path)
-		if ferr != nil {
-			return ferr
+func prepare(ctx context.Context, path string, log *slog.Logger, tries int) error {
+	s, err := StateOf(ctx, path)
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", path, err)
+	}
+	switch s {
+	case Dead:
+		m, ok, err := findMount(path)
+		if err != nil {
+			return err
 		}
-		if !ok || !strings.HasPrefix(m.fstype, "fuse") {
-			return fmt.Errorf("mount point %s: %w; unmount it (umount -l %s) and retry", path, err, path)
+		if !ok || !strings.HasPrefix(m.fstype, "fuse") || tries == 0 {
+			return fmt.Errorf("mount point %s: %w; unmount it (umount -l %s) and retry", path, syscall.ENOTCONN, path)
 		}
 		log.Warn("mount point has a stale FUSE mount (its process died); unmounting it", "mountpoint", path, "type", m.fstype, "source", m.source)
 		if err := syscall.Unmount(path, 0); err != nil {
@@ -126,8 +213,8 @@ func prepare(path string, log *slog.Logger, tries int) error {
 			}
 		}
 		log.Info("stale mount removed", "mountpoint", path)
-		return prepare(path, log, tries-1)
-	case errors.Is(err, syscall.ETIMEDOUT):
+		return prepare(ctx, path, log, tries-1)
+	case Hung:
 		hint := "umount -l " + path
 		if m, ok, _ := findMount(path); ok {
 			if conn, cerr := devNumber(m.dev); cerr == nil && strings.HasPrefix(m.fstype, "fuse") {
@@ -135,20 +222,21 @@ func prepare(path string, log *slog.Logger, tries int) error {
 			}
 		}
 		return fmt.Errorf("mount point %s does not answer (a hung filesystem is mounted there); free it with: %s", path, hint)
+	case Live:
+		if m, ok, err := findMount(path); err == nil && ok {
+			return fmt.Errorf("%w: %s has a %s filesystem (%s) mounted; unmount it (umount %s) or choose another directory",
+				ErrInUse, path, m.fstype, m.source, path)
+		}
+		return fmt.Errorf("%w: %s has a filesystem mounted; unmount it (umount %s) or choose another directory", ErrInUse, path, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return flagval.Usagef("mount point %s does not exist; create it (mkdir -p %s)", path, path)
 	case err != nil:
 		return fmt.Errorf("mount point %s: %w", path, err)
 	case !fi.IsDir():
 		return flagval.Usagef("mount point %s is not a directory", path)
-	}
-	m, ok, err := findMount(path)
-	if err != nil {
-		return err
-	}
-	if ok {
-		return fmt.Errorf("%w: %s has a %s filesystem (%s) mounted; unmount it (umount %s) or choose another directory",
-			ErrInUse, path, m.fstype, m.source, path)
 	}
 	return nil
 }
@@ -270,7 +358,7 @@ func resolveMountpoint(path string) (string, error) {
 			return abs, nil // reported as "nothing is mounted"
 		}
 		return r.p, nil
-	case <-time.After(statTimeout):
+	case <-time.After(StatTimeout):
 		return abs, nil
 	}
 }

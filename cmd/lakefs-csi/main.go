@@ -22,8 +22,9 @@ const description = `Serves the CSI Identity and Node services on --endpoint (a 
 driver: no controller, attachRequired: false). Run by the node DaemonSet in
 deploy/kubernetes/; see docs/KUBERNETES.md.
 
-Volumes with the same view of a stream (store, ranks, view-ranks,
-checkpoint-dir) and the same secret share one lakefs-mount per node, mounted
+Volumes of one consumer (the volume id, or the "consumer" attribute) with
+the same view of a stream (store, ranks, view-ranks, checkpoint-dir) and the
+same secret share one lakefs-mount per node, mounted
 under --state-dir/mounts/; each pod gets a read-only bind mount of it.
 The lakefs-mount processes outlive the driver: a restarted driver adopts the
 ones still serving and cleans the dead ones.
@@ -33,8 +34,8 @@ EXAMPLES:
 
 EXIT STATUS:
    0  stopped by SIGINT/SIGTERM
-   1  operational error (socket, state directory, ...)
-   2  usage error (bad flag)`
+   1  operational error (socket or state directory in use, ...)
+   2  usage error (bad flag, --mount-cgroup not on cgroup v2)`
 
 func main() {
 	os.Exit(run(os.Args))

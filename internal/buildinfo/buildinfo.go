@@ -8,6 +8,11 @@ import (
 	"strings"
 )
 
+// version is set by the image build (go build -ldflags "-X
+// github.com/lakestream/lakestream/internal/buildinfo.version=v1.2.3", see
+// the Dockerfile), where no VCS information is at hand; "" otherwise.
+var version string
+
 // Version returns the main module's version and, when the build recorded
 // them (go build -buildvcs=auto in a git checkout), the commit, its time
 // and whether the tree had uncommitted changes, e.g.
@@ -17,11 +22,36 @@ func Version() string {
 	if !ok {
 		return "unknown (no build information in this binary)"
 	}
-	return format(bi)
+	return format(bi, version)
 }
 
-func format(bi *debug.BuildInfo) string {
+// Short is the version alone, as CSI's GetPluginInfo reports it: the one
+// the build was given, else the module's, else "devel" and the commit.
+func Short() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return "devel-" + s.Value[:min(len(s.Value), 12)]
+		}
+	}
+	return "devel"
+}
+
+// format is Version of bi, with given as the version if the build set one.
+func format(bi *debug.BuildInfo, given string) string {
 	parts := []string{bi.Main.Version}
+	if given != "" {
+		parts[0] = given
+	}
 	if parts[0] == "" {
 		parts[0] = "(devel)"
 	}
@@ -37,7 +67,7 @@ func format(bi *debug.BuildInfo) string {
 		if settings["vcs.modified"] == "true" {
 			parts = append(parts, "modified")
 		}
-	} else {
+	} else if given == "" {
 		parts = append(parts, "commit unknown (built without VCS information; make build records it)")
 	}
 	return strings.Join(append(parts, bi.GoVersion), " ")

@@ -11,11 +11,11 @@ import (
 func TestFormat(t *testing.T) {
 	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
 		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-12-04T15:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	if got, want := format(bi), "v1.2.3 commit 0123456789ab 2026-12-04T15:00:00Z modified go1.26.8"; got != want {
+	if got, want := format(bi, ""), "v1.2.3 commit 0123456789ab 2026-12-04T15:00:00Z modified go1.26.8"; got != want {
 		t.Errorf("format = %q; want %q", got, want)
 	}
 	bi = &debug.BuildInfo{GoVersion: "go1.26.8"}
-	if got := format(bi); !strings.HasPrefix(got, "(devel) commit unknown") {
+	if got := format(bi, ""); !strings.HasPrefix(got, "(devel) commit unknown") {
 		t.Errorf("format without VCS = %q", got)
 	}
 }

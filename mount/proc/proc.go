@@ -1,6 +1,7 @@
 // Package proc starts a lakefs-mount child process, waits until its view is
-// served and stops it: the one helper for every supervisor (the CSI
-// driver, the benchmarks, the integration tests).
+// served and stops it: the one helper for the supervisors (the CSI driver,
+// the benchmarks). The integration tests spawn lakefs-mount themselves to
+// see the exit status of children that fail on purpose.
 //
 // Readiness is lakefs-mount's --ready-fd: the child writes a line to a
 // pipe once the FUSE mount is up and the first state is loaded, so an
@@ -118,7 +119,7 @@ func Start(ctx context.Context, c Config) (*Proc, error) {
 		// No line: the pipe closed, normally because the child exited.
 		select {
 		case <-p.done:
-			err = fmt.Errorf("%w: it exited (%v)", ErrNotReady, p.waitErr)
+			err = fmt.Errorf("%w: it exited (%w)", ErrNotReady, p.waitErr)
 		case <-timer.C:
 			err = fmt.Errorf("%w: it closed --ready-fd without a line and is still running", ErrNotReady)
 		}
@@ -221,30 +222,36 @@ func fileTail(f *os.File) string {
 }
 
 // Stop stops the child: SIGTERM (a clean unmount), SIGKILL after
-// StopTimeout (also for a stopped or hung child), then a lazy unmount of
-// whatever mount it left. It returns the child's exit error when it was
-// killed or exited uncleanly; calling it again returns the same.
+// StopTimeout (also for a stopped or hung child), then, if even that does
+// not end it, an abort of its FUSE connection (mount.Abort), and last a
+// lazy unmount of whatever mount it left. It returns the child's exit
+// error when it was killed or exited uncleanly; calling it again returns
+// the same.
 func (p *Proc) Stop() error {
 	p.stopOnce.Do(func() { p.stopErr = p.stop() })
 	return p.stopErr
 }
 
+// killWait bounds the wait for a SIGKILLed child, and again after its
+// connection was aborted.
+const killWait = 5 * time.Second
+
 func (p *Proc) stop() error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(p.stopTimeout)
-	defer timer.Stop()
-	killed := false
-	select {
-	case <-p.done:
-	case <-timer.C:
-		// SIGKILL ends a SIGSTOPped process too; the kernel aborts its
-		// FUSE connection as its /dev/fuse descriptor closes.
+	killed := !p.waitFor(p.stopTimeout)
+	if killed {
 		_ = p.cmd.Process.Kill()
-		killed = true
-		<-p.done
+		if !p.waitFor(killWait) {
+			// A FUSE server killed while a request of its own mount is in
+			// flight in it cannot finish exiting until the connection ends.
+			_ = mount.Abort(p.mountpoint)
+			if !p.waitFor(killWait) {
+				return fmt.Errorf("lakefs-mount (pid %d) did not exit after SIGKILL and an abort of its FUSE connection", p.Pid())
+			}
+		}
 	}
-	if isMounted(p.mountpoint) {
-		_ = syscall.Unmount(p.mountpoint, syscall.MNT_DETACH)
+	if err := mount.Unmount(p.mountpoint); err != nil {
+		return err
 	}
 	if killed {
 		return fmt.Errorf("lakefs-mount did not stop within %s of SIGTERM; killed it: %w", p.stopTimeout, p.waitErr)
@@ -252,17 +259,16 @@ func (p *Proc) stop() error {
 	return p.waitErr
 }
 
-// isMounted reports whether something is mounted at path (a mount point is
-// on another device than its parent, or unreachable: a dead FUSE mount).
-func isMounted(path string) bool {
-	var st, parent syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return errors.Is(err, syscall.ENOTCONN)
-	}
-	if err := syscall.Stat(filepath.Dir(path), &parent); err != nil {
+// waitFor waits up to d for the child to exit.
+func (p *Proc) waitFor(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-timer.C:
 		return false
 	}
-	return st.Dev != parent.Dev
 }
 
 // tail keeps the last tailBytes written to it.

@@ -97,7 +97,7 @@ func TestReadyEmptyStream(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Errorf("Stop: %v; want a clean exit\n%s", err, p.Stderr())
 	}
-	if isMounted(p.Mountpoint()) {
+	if s, _ := mount.StateOf(t.Context(), p.Mountpoint()); s != mount.NotMounted {
 		t.Error("still mounted after Stop")
 	}
 }
@@ -148,7 +148,7 @@ func TestStopStoppedChild(t *testing.T) {
 		t.Errorf("Stop of a stopped child: %v; want an error saying it was killed", err)
 	}
 	<-p.Done()
-	if isMounted(p.Mountpoint()) {
+	if s, _ := mount.StateOf(t.Context(), p.Mountpoint()); s != mount.NotMounted {
 		t.Error("still mounted after Stop")
 	}
 }
