@@ -67,7 +67,12 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 		return nil, bad("names no bucket", "use s3://bucket/prefix")
 	}
 	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
-	for k, vs := range u.Query() {
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		// u.Query() would drop the pair silently, endpoint= included.
+		return nil, bad("has a malformed query ("+err.Error()+")", "escape '%' as %25 in parameter values")
+	}
+	for k, vs := range query {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
@@ -199,7 +204,7 @@ func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
 				ErrUnreachable, o.Bucket, why)
 		}
 		return fmt.Errorf("%w: cannot reach the S3 endpoint %s (%s); check that the server is running there and that endpoint= in the store URL has the right scheme, host and port",
-			ErrUnreachable, o.Endpoint, why)
+			ErrUnreachable, at, why)
 	}
 	return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
 }
@@ -271,7 +276,7 @@ func endpointName(e string) string {
 	if e == "" {
 		return "AWS"
 	}
-	return e
+	return redactEndpoint(e)
 }
 
 func (s *s3Store) key(k string) string { return s.prefix + k }

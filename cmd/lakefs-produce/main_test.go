@@ -233,12 +233,14 @@ func TestUserMistakes(t *testing.T) {
 		{[]string{"run", "--store", good, "--staging", t.TempDir(), "--producer-id", "bad id"}, 2, "producer id \"bad id\""},
 		{[]string{"checkpoint", "--store", good, "--step", "-5"}, 2, "--step -5: steps are numbered from 0"},
 		{[]string{"checkpoint", "--store", good}, 2, "--step S is required"},
+		// Issue 32 item 1: the secret was printed back.
+		{[]string{"status", "--store", "s3://b/p?endpoint=http://AKIAUSERX:SuperSecret123@127.0.0.1:1&region=us-east-1"}, 2, "or, under Kubernetes, the volume's secret"},
 		{[]string{"status", "--store", "file://" + missing}, 1, ""},
 		{[]string{"verify", "--store", "file://" + missing}, 1, ""},
 	}
 	for _, c := range cases {
 		code, _, stderr := invoke(t, c.args...)
-		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 {
+		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 || strings.Contains(stderr, "SuperSecret123") {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line saying %q", c.args, code, stderr, c.code, c.says)
 		}
 	}
