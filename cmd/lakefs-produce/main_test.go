@@ -154,6 +154,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "65537"}, "--ranks 65537 is out of range; use 1 to 65536"},
 		{[]string{"init", "--store", "file:///tmp/x"}, "--ranks is required"},
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "100"}, "--chunk-size 100 is out of range; use 4KiB to 1GiB"},
+		// Issue 32 item 17: became 100 without a word.
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--snapshot-every", "0"}, "--snapshot-every must be at least 1 (got 0)"},
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "big"}, `--chunk-size "big" is not a size`},
 		{[]string{"run", "--store", "file:///tmp/x", "--producer-id", "p"}, "--staging"},
 		{[]string{"run", "--store", "file:///tmp/x", "--staging", "/nonexistent-staging", "--producer-id", "p"}, "/nonexistent-staging"},
@@ -170,6 +172,37 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := invoke(t, "status", "--store", "file://"+t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "lakefs-produce init") {
 		t.Errorf("status without a stream: %d %q", code, stderr)
+	}
+}
+
+// TestDecimalFlags: integer flags are decimal only: 010 is 10, not 8
+// (a stream's ranks are fixed for its life), and 0x3 is refused (issue 32
+// item 8).
+func TestDecimalFlags(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "010", "--first-step", "0100", "--retain-checkpoints", "02"); code != 0 {
+		t.Fatalf("init --ranks 010: %d %s", code, stderr)
+	}
+	code, out, _ := invoke(t, "status", "--json")
+	var st struct {
+		Ranks     int   `json:"ranks"`
+		FirstStep int64 `json:"first_step"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Ranks != 10 || st.FirstStep != 100 {
+		t.Fatalf("init --ranks 010 --first-step 0100: %s; want 10 ranks from step 100", out)
+	}
+	for _, args := range [][]string{
+		{"init", "--store", "file://" + t.TempDir(), "--ranks", "0x3"},
+		{"checkpoint", "--step", "0x10"},
+		{"checkpoint", "--step", "1e3"},
+		{"verify", "--parallel", "0b11"},
+		{"run", "--staging", t.TempDir(), "--producer-id", "p", "--max-lead", "0o7"},
+		{"init", "--store", "file://" + t.TempDir(), "--ranks", "2", "--snapshot-every", "0x10"},
+	} {
+		code, _, stderr := invoke(t, args...)
+		if code != 2 || !strings.Contains(stderr, "is not a decimal whole number") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want 2 and one line saying it is not decimal", args, code, stderr)
+		}
 	}
 }
 
