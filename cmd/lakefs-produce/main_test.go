@@ -266,6 +266,8 @@ func TestUserMistakes(t *testing.T) {
 		{[]string{"run", "--store", good, "--staging", t.TempDir(), "--producer-id", "bad id"}, 2, "producer id \"bad id\""},
 		{[]string{"checkpoint", "--store", good, "--step", "-5"}, 2, "--step -5: steps are numbered from 0"},
 		{[]string{"checkpoint", "--store", good}, 2, "--step S is required"},
+		// Issue 32 item 17: step+1 overflowed into a "reclaimed" range.
+		{[]string{"checkpoint", "--store", good, "--step", "9223372036854775807"}, 1, "checkpoint for step 9223372036854775807, but the head step is none"},
 		// Issue 32 item 1: the secret was printed back.
 		{[]string{"status", "--store", "s3://b/p?endpoint=http://AKIAUSERX:SuperSecret123@127.0.0.1:1&region=us-east-1"}, 2, "or, under Kubernetes, the volume's secret"},
 		{[]string{"status", "--store", "file://" + missing}, 1, ""},
