@@ -659,6 +659,35 @@ func fill(t *testing.T, dir string, inodes bool) {
 	}
 }
 
+// TestFullStagingDiskNoInodeFirstStart: with no inode free the first run
+// cannot create _lock; it still takes its lock (on the directory) and
+// commits, and a second producer is still refused (issue 32 item 15:
+// before, "_lock: no space left on device" stopped it).
+func TestFullStagingDiskNoInodeFirstStart(t *testing.T) {
+	e := newEnv(t)
+	e.staging = tmpfs(t, "size=1m,nr_inodes=64")
+	batch(t, e.staging, "b1")
+	fill(t, e.staging, true)
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tree.Lock("first")
+	if err != nil {
+		t.Fatalf("lock with no inode free: %v", err)
+	}
+	if _, err := tree.Lock("second"); !errors.Is(err, stage.ErrLocked) {
+		t.Fatalf("a second producer: %v; want ErrLocked", err)
+	}
+	unlock()
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
+		t.Fatalf("steps %v, want b1", steps)
+	}
+}
+
 // TestFullStagingDisk: on a full staging filesystem (no block, no inode
 // free) the producer still takes its lock and commits every valid batch,
 // which is what frees the space; an invalid batch that cannot be moved to

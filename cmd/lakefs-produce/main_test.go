@@ -410,3 +410,26 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestRunOnceRejectedNotMoved: when _rejected cannot take a rejected batch
+// (a full disk; here a file in its place), run --once's last line says it
+// stays staged, not that it is in _rejected (issue 32 item 15).
+func TestRunOnceRejectedNotMoved(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	staging := t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--ranks", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	stageBatch(t, staging, "a", 1) // rank-1 missing
+	if err := os.WriteFile(filepath.Join(staging, "_rejected"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 1 || !strings.Contains(out, "it stays staged") || !strings.Contains(stderr, "1 of 1 batches rejected; they could not be moved") ||
+		strings.Contains(stderr, "they are in") {
+		t.Fatalf("run: %d %q %q", code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(staging, "a", "_SEALED")); err != nil {
+		t.Fatalf("the batch that could not be moved: %v", err)
+	}
+}

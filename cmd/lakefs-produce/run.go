@@ -145,8 +145,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		},
 	})
 	if err == nil && summary.rejected > 0 {
-		return fmt.Errorf("%d of %d batches rejected; they are in %s with a %s file each",
-			summary.rejected, summary.n, filepath.Join(tree.Dir, stage.RejectedDir), stage.Reason)
+		return summary.err(filepath.Join(tree.Dir, stage.RejectedDir))
 	}
 	if errors.Is(err, txn.ErrFenced) {
 		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)
@@ -334,6 +333,23 @@ type onceSummary struct {
 	mu          sync.Mutex
 	out         io.Writer
 	n, rejected int
+	unmoved     int // of rejected: left staged, _rejected could not take them
+}
+
+// err is run --once's last line when batches were rejected: where they
+// are, also when _rejected could not take them.
+func (s *onceSummary) err(rejectedDir string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	where := fmt.Sprintf("they are in %s with a %s file each", rejectedDir, stage.Reason)
+	switch {
+	case s.unmoved == s.rejected:
+		where = fmt.Sprintf("they could not be moved to %s and stay staged (see the lines above); free space in the staging directory and run again", rejectedDir)
+	case s.unmoved > 0:
+		where = fmt.Sprintf("%d are in %s with a %s file each, %d could not be moved there and stay staged (see the lines above)",
+			s.rejected-s.unmoved, rejectedDir, stage.Reason, s.unmoved)
+	}
+	return fmt.Errorf("%d of %d batches rejected; %s", s.rejected, s.n, where)
 }
 
 func (s *onceSummary) batch(e stage.BatchEvent) {
@@ -350,6 +366,7 @@ func (s *onceSummary) batch(e stage.BatchEvent) {
 	switch {
 	case e.Unmoved != "":
 		s.rejected++
+		s.unmoved++
 		fmt.Fprintf(s.out, "%s rejected: %s (not moved to %s: %s; it stays staged)\n", e.Name, e.Rejected, stage.RejectedDir, e.Unmoved)
 	case e.Rejected != "":
 		s.rejected++
