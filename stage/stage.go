@@ -95,6 +95,18 @@ func Open(dir string) (*Tree, error) {
 	return &Tree{Dir: abs}, nil
 }
 
+// fileKind names a non-regular file's type for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	default:
+		return "special file"
+	}
+}
+
 // Skipped is a top-level entry that looks like a sealed batch but is never
 // picked up, and why.
 type Skipped struct {
@@ -115,12 +127,15 @@ func (t *Tree) Scan() (names []string, skipped []Skipped, err error) {
 		// writer's mistake, not its promise that the batch is complete.
 		// (Lstat follows a symlinked batch directory, not the marker.)
 		fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed))
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil {
 			continue
 		}
 		switch {
 		case n == RejectedDir || strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".done"):
 			// the producer's own
+		case !fi.Mode().IsRegular():
+			// Never picked up, but said: the writer meant to seal it.
+			skipped = append(skipped, Skipped{n, "its " + Sealed + " is a " + fileKind(fi.Mode()) + ", not a regular file: a batch is sealed by a file " + Sealed + " created last; replace it with one"})
 		case strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_"):
 			skipped = append(skipped, Skipped{n, "names beginning with '.' or '_' in the staging directory are the producer's own, never batches; rename it to commit it"})
 		case e.Type()&fs.ModeSymlink != 0:

@@ -581,6 +581,14 @@ func TestSkippedEntriesReported(t *testing.T) {
 	batch(t, e.staging, "_under")
 	batch(t, e.staging, ".dot")
 	batch(t, e.staging, "b1")
+	// Issue 32 item 17: a directory _SEALED was never picked up, silently.
+	batch(t, e.staging, "dirseal")
+	if err := os.Remove(filepath.Join(e.staging, "dirseal", stage.Sealed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(e.staging, "dirseal", stage.Sealed), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tree, err := stage.Open(e.staging)
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +605,8 @@ func TestSkippedEntriesReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"linked": "is a symlink", "_under": "beginning with '.' or '_'", ".dot": "beginning with '.' or '_'"}
+	want := map[string]string{"linked": "is a symlink", "_under": "beginning with '.' or '_'", ".dot": "beginning with '.' or '_'",
+		"dirseal": "its _SEALED is a directory, not a regular file"}
 	for n, says := range want {
 		if !strings.Contains(skipped[n], says) {
 			t.Errorf("%s: reported %q, want it to say %q", n, skipped[n], says)

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // invoke runs the command in-process and returns its exit status and output.
@@ -431,5 +435,38 @@ func TestRunOnceRejectedNotMoved(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(staging, "a", "_SEALED")); err != nil {
 		t.Fatalf("the batch that could not be moved: %v", err)
+	}
+}
+
+// TestProgressStartsAtStreamHead: run's progress line reports the stream's
+// head before this run commits anything, not -1 (issue 32 item 17).
+func TestProgressStartsAtStreamHead(t *testing.T) {
+	url := "file://" + t.TempDir()
+	staging := t.TempDir()
+	t.Setenv("LAKEFS_STORE", url)
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, b := range []string{"a", "b", "c", "d"} {
+		stageBatch(t, staging, b, 1)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once"); code != 0 {
+		t.Fatal(stderr)
+	}
+	s, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := txn.Open(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	p := newProgress(&buf, "log", newLogger(&buf, false), streamHead(t.Context(), l))
+	p.batch(stage.BatchEvent{Name: "e", Waiting: "held back by --max-lead"})
+	p.report(time.Second)
+	p.stop()
+	if !strings.Contains(buf.String(), "head=3") {
+		t.Fatalf("progress of a run that committed nothing yet: %q; want head=3", buf.String())
 	}
 }

@@ -129,7 +129,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 	}
-	prog := newProgress(stderr, o.Progress, logger)
+	prog := newProgress(stderr, o.Progress, logger, streamHead(ctx, l))
 	defer prog.stop()
 	summary := &onceSummary{out: stdout}
 	err = stage.Run(ctx, stage.RunOptions{
@@ -237,8 +237,22 @@ type progress struct {
 	lastBatches, lastByte int64
 }
 
-func newProgress(out io.Writer, mode string, logger *slog.Logger) *progress {
-	p := &progress{out: out, logger: logger, done: make(chan struct{}), head: -1}
+// streamHead is the stream's head step as run starts, -1 when there is
+// none: what progress reports until this run commits more (it reported -1
+// for a run that had committed nothing yet, whatever the head).
+func streamHead(ctx context.Context, l *txn.Log) int64 {
+	st, err := l.Load(ctx)
+	if err != nil {
+		return -1 // stage.Run reports the store's trouble
+	}
+	if h, ok := st.Head(); ok {
+		return h
+	}
+	return -1
+}
+
+func newProgress(out io.Writer, mode string, logger *slog.Logger, head int64) *progress {
+	p := &progress{out: out, logger: logger, done: make(chan struct{}), head: head}
 	switch mode {
 	case "line":
 		p.live = true
