@@ -775,3 +775,61 @@ func TestFullStagingDiskFirstStart(t *testing.T) {
 		t.Fatalf("the lock file: %v", err)
 	}
 }
+
+// TestBatchMovedAwayWhileRead: a writer that moves a sealed batch away
+// while run reads it (here: while run is held back, after it listed the
+// batch) costs that batch only: run says so and goes on; before, it exited
+// 1 (issue 32 item 17).
+func TestBatchMovedAwayWhileRead(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b1")
+	batch(t, e.staging, "b2")
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatal(rejected)
+	}
+	heartbeat := func(step int64) {
+		b, err := json.Marshal(txn.Heartbeat{NodeID: "c", Step: &step, Time: time.Now().UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.PutBytes(t.Context(), e.store, txn.HeartbeatKey("c"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heartbeat(0) // next step 2 is 2 ahead: held with --max-lead 1
+	batch(t, e.staging, "b3")
+	batch(t, e.staging, "b4")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "b3")
+	moved := false
+	events := map[string]stage.BatchEvent{}
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true, MaxLead: 1, Poll: 10 * time.Millisecond,
+		OnBatch: func(b stage.BatchEvent) {
+			if b.Waiting != "" && !moved {
+				moved = true
+				if err := os.Rename(filepath.Join(e.staging, "b3"), elsewhere); err != nil {
+					t.Error(err)
+				}
+				heartbeat(10)
+				return
+			}
+			events[b.Name] = b
+		},
+	})
+	if err != nil {
+		t.Fatalf("run with a batch moved away mid-read: %v", err)
+	}
+	if !moved || !strings.Contains(events["b3"].Skipped, "moved or removed while it was read") {
+		t.Fatalf("b3: %+v (moved %v); want it reported as gone", events["b3"], moved)
+	}
+	if steps := e.steps(t); len(steps) != 3 || steps["b4"] != 2 {
+		t.Fatalf("steps %v; want b1, b2 and b4", steps)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, stage.Sealed)); err != nil {
+		t.Fatalf("the moved batch: %v", err)
+	}
+}
