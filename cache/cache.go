@@ -692,23 +692,28 @@ func (c *Cache) markServed(k blockKey, n int64) {
 	c.mu.Unlock()
 }
 
-// Retry policy of a GET.
+// Retry policy of a GET. No retry starts once retryBudget has passed: a
+// quick failure (refused, reset) is worth retrying, but an attempt that
+// took a store timeout (a hung server) would only multiply the reader's
+// wait.
 const (
 	maxAttempts  = 4
 	firstBackoff = 50 * time.Millisecond
+	retryBudget  = 2 * time.Second
 )
 
 // openRange opens n bytes of p at off, retrying transient store errors
 // a few times.
 func (c *Cache) openRange(ctx context.Context, p *txn.Pack, off, n int64) (io.ReadCloser, error) {
 	backoff := firstBackoff
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		rc, err := store.GetRangeStream(ctx, c.store, p.Key, p.Off+off, n)
 		c.gets.Add(1)
 		if err == nil {
 			return rc, nil
 		}
-		if ctx.Err() != nil || permanent(err) || attempt >= maxAttempts {
+		if ctx.Err() != nil || permanent(err) || attempt >= maxAttempts || time.Since(start) > retryBudget {
 			return nil, err
 		}
 		c.log.Warn("GET failed; retrying", "pack", p.Key, "offset", off, "size", n, "attempt", attempt, "err", err)

@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"net"
 	"syscall"
 
 	"github.com/lakestream/lakestream/cache"
@@ -20,13 +19,13 @@ var errNoEntry = errors.New("no such file or directory")
 // (missing entry, interrupted request) are logged with the path.
 func (r *Root) toErrno(op, path string, err error) syscall.Errno {
 	var errno syscall.Errno
-	var netErr *net.OpError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &netErr):
-		// The store is unreachable: its socket's errno (ECONNREFUSED...)
-		// would mislead the reader; the file is there, the read failed.
+	case errors.Is(err, store.ErrUnreachable):
+		// First: the network error inside (ECONNREFUSED, a timeout that is
+		// also context.DeadlineExceeded) would mislead the reader; the
+		// file is there, the read failed.
 		r.log.Error("returning EIO: the store is unreachable", "op", op, "path", path, "err", err)
 		return syscall.EIO
 	case errors.As(err, &errno):
@@ -40,9 +39,11 @@ func (r *Root) toErrno(op, path string, err error) syscall.Errno {
 		return syscall.ETIMEDOUT
 	case errors.Is(err, store.ErrNotFound):
 		// A pack gone from the store: its step was reclaimed and deleted
-		// while the file was open.
+		// while it was in the view. Not ENOENT: glibc's readdir() takes
+		// that for the end of the directory, and a walk would see an
+		// empty step.
 		r.log.Warn("pack object missing from the store; was its step reclaimed?", "op", op, "path", path, "err", err)
-		return syscall.ENOENT
+		return syscall.ESTALE
 	case errors.Is(err, cache.ErrChecksum):
 		r.log.Error("returning EIO: data failed CRC32C verification", "op", op, "path", path, "err", err)
 		return syscall.EIO

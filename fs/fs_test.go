@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -127,7 +129,13 @@ func TestToErrno(t *testing.T) {
 	}{
 		{nil, 0},
 		{fmt.Errorf("step 4: %w", errNotCommitted), syscall.ENOENT},
-		{fmt.Errorf("read x: %w", store.ErrNotFound), syscall.ENOENT},
+		// A pack deleted under the view: never ENOENT, which readdir()
+		// takes for an empty directory (issue 32 item 7).
+		{fmt.Errorf("read x: %w", store.ErrNotFound), syscall.ESTALE},
+		// An unreachable or hung store is EIO, whatever is inside: not
+		// ECONNREFUSED, not ETIMEDOUT.
+		{fmt.Errorf("get: %w: %w", store.ErrUnreachable, &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), syscall.EIO},
+		{fmt.Errorf("get: %w: %w", store.ErrUnreachable, context.DeadlineExceeded), syscall.EIO},
 		{fmt.Errorf("waiting: %w", context.Canceled), syscall.EINTR},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), syscall.ETIMEDOUT},
 		{fmt.Errorf("%w: pack block 3", cache.ErrChecksum), syscall.EIO},

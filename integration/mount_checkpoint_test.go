@@ -58,3 +58,27 @@ func TestMountCheckpointDir(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "checkpoint 7", func() bool { return slices.Equal(checkpoints(), []int64{4, 7}) })
 }
+
+// TestMountCheckpointPastHead: a checkpoint-like directory with a huge
+// number (a timestamp) cannot be recorded; it no longer blocks the real
+// checkpoints written after it: the highest recordable one is recorded
+// (issue 32 item 13).
+func TestMountCheckpointPastHead(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 1, ChunkSize: 64 << 10, SnapshotEvery: 10})
+	mntNewProducer(t, l, "p1", 4<<10, 1).addN(t, 10)
+	ckpt := t.TempDir()
+	for _, f := range []string{"snapshot_1733300000/.metadata", "checkpoint-5/trainer_state.json"} {
+		if err := os.MkdirAll(filepath.Join(ckpt, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ckpt, f), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mntMountInProcess(t, mount.Options{Store: url, CheckpointDir: ckpt})
+	waitFor(t, 10*time.Second, "checkpoint 4 recorded past the unrecordable one", func() bool {
+		st, err := l.Load(t.Context())
+		return err == nil && slices.Equal(st.Checkpoints, []int64{4})
+	})
+}

@@ -149,3 +149,24 @@ func TestMountWaitingAtHeadIsAtHead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMountStopDeletesHeartbeat: a mount that stops cleanly deletes its
+// heartbeat, so gc and --max-lead producers stop waiting for it at once
+// instead of for txn.ConsumerTimeout (issue 32 item 12).
+func TestMountStopDeletesHeartbeat(t *testing.T) {
+	url, _ := mntFileURL(t)
+	l := newStream(t, url, txn.CreateOptions{Ranks: 1, ChunkSize: 64 << 10, SnapshotEvery: 10})
+	mntNewProducer(t, l, "p1", 8<<10, 4).addN(t, 2)
+	mnt, _, stop := mntRun(t, mount.Options{Store: url, NodeID: "hb-node", PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond})
+	if _, err := mntReadFile(filepath.Join(mnt, "steps", "1", "rank-0", "sample-00.bin")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the heartbeat at step 1", func() bool {
+		cons, err := txn.Consumers(t.Context(), l.Store)
+		return err == nil && len(cons) == 1 && cons[0].Step != nil && *cons[0].Step == 1
+	})
+	stop()
+	if cons, err := txn.Consumers(t.Context(), l.Store); err != nil || len(cons) != 0 {
+		t.Fatalf("after a clean stop: consumers %+v, %v; want none", cons, err)
+	}
+}

@@ -196,7 +196,7 @@ func viewWaitInterrupted(t *testing.T, mnt string) {
 // viewRanks: a mount with --ranks 1 shows rank 1 and the shared files
 // only.
 func viewRanks(t *testing.T, url string) {
-	mnt2, _ := mntMountInProcess(t, mount.Options{Store: url, Ranks: []int{1}})
+	mnt2, _ := mntMountInProcess(t, mount.Options{Store: url, Ranks: []int{1}, NodeID: "test-node-ranks"})
 	if raw := mntReaddirNames(t, filepath.Join(mnt2, "steps", "3")); !slices.Equal(raw, []string{"rank-1", "meta.json"}) {
 		t.Fatalf("with --ranks 1 step 3 lists %v", raw)
 	}

@@ -1,12 +1,14 @@
 package mount
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,18 +47,32 @@ const checkpointPolls = 8
 type Detected struct {
 	N      int64  // the highest step count of a complete checkpoint; 0: none
 	Format string // the trainer format it came from
+	// Found is every complete checkpoint, highest N first: the highest may
+	// name a step that cannot be recorded (a directory with a huge number).
+	Found []Found
 	// Ignored says why each pointer that names no complete checkpoint was
 	// not taken.
 	Ignored []string
 }
 
-// DetectCheckpoint returns the highest step count N of a complete
-// checkpoint in dir, and which trainer's format it came from.
-func DetectCheckpoint(dir string) Detected {
-	var d Detected
+// Found is one complete checkpoint: its step count and trainer format.
+type Found struct {
+	N      int64
+	Format string
+}
+
+// DetectCheckpoint returns the complete checkpoints in dir, the highest
+// step count N first, and which trainer's format each came from.
+func DetectCheckpoint(dir string) (d Detected) {
+	defer func() {
+		slices.SortStableFunc(d.Found, func(a, b Found) int { return cmp.Compare(b.N, a.N) })
+		if len(d.Found) > 0 {
+			d.N, d.Format = d.Found[0].N, d.Found[0].Format
+		}
+	}()
 	consider := func(v int64, f string) {
-		if v > 0 && v > d.N {
-			d.N, d.Format = v, f
+		if v > 0 {
+			d.Found = append(d.Found, Found{N: v, Format: f})
 		}
 	}
 	tracker := func(file, format, sub string, v int64, complete func(string) bool) {
@@ -167,7 +183,7 @@ func checkCheckpointDir(dir string, log *slog.Logger) error {
 func (m *mounted) watchCheckpoints(ctx context.Context) {
 	dir := m.opts.CheckpointDir
 	first := m.txlog.Config.FirstStep
-	recorded := int64(-1)
+	recorded, pastHead := int64(-1), int64(-1) // pastHead: the last one logged as such
 	lastErr, lastIgnored := "", ""
 	t := time.NewTicker(max(checkpointPolls*m.opts.PollInterval, 100*time.Millisecond))
 	defer t.Stop()
@@ -179,21 +195,35 @@ func (m *mounted) watchCheckpoints(ctx context.Context) {
 			}
 			lastIgnored = ig
 		}
-		if n, format := d.N, d.Format; n > 0 && first+n-1 > recorded {
-			step := first + n - 1
+		// The highest checkpoint at or below the head: one beyond it (a
+		// directory named with a timestamp, a step not committed yet) must
+		// not block every later real checkpoint. It is retried each scan.
+		head, hasHead := m.view.Load().Head()
+		for _, c := range d.Found {
+			step := first + c.N - 1
+			if step <= recorded {
+				break
+			}
+			if !hasHead || step > head {
+				if step != pastHead {
+					m.log.Warn("checkpoint not recorded yet: its step is not committed; recording the highest one that is", "step", step, "format", c.Format, "dir", dir)
+					pastHead = step
+				}
+				continue
+			}
 			_, err := txn.RecordCheckpoint(ctx, m.txlog, step, m.log)
 			switch {
 			case err == nil:
-				m.log.Info("checkpoint recorded", "step", step, "format", format, "dir", dir)
+				m.log.Info("checkpoint recorded", "step", step, "format", c.Format, "dir", dir)
 				recorded, lastErr = step, ""
 			case ctx.Err() != nil:
 				return
 			case err.Error() != lastErr:
-				// Retried on the next scan (ErrNotCommitted: the step is not
-				// visible yet); logged once per distinct error.
-				m.log.Warn("recording a checkpoint failed; will retry", "step", step, "format", format, "err", err)
+				// Retried on the next scan; logged once per distinct error.
+				m.log.Warn("recording a checkpoint failed; will retry", "step", step, "format", c.Format, "err", err)
 				lastErr = err.Error()
 			}
+			break
 		}
 		select {
 		case <-ctx.Done():

@@ -20,7 +20,7 @@
 // setDefaults, prepareMountpoint, openStream (open, check the options
 // against the stream, load the first state), newMounted (cache, view,
 // prefetcher, FUSE root), serveMetrics, mountView, serve (tail, heartbeat,
-// checkpoints; Ready; wait; unmount; a last heartbeat).
+// checkpoints; Ready; wait; unmount; delete the heartbeat).
 package mount
 
 import (
@@ -372,7 +372,7 @@ func (m *mounted) mountView() (*fuse.Server, <-chan struct{}, error) {
 // serve runs the tailer, the heartbeat and the checkpoint watcher, says
 // the mount is ready, and waits until ctx ends (then unmounts) or the
 // mount is removed from outside; then it stops them (stop ends runCtx) and
-// writes a last heartbeat.
+// deletes its heartbeat.
 func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.Server, served <-chan struct{}, metricsAddr string) {
 	o := m.opts
 	var wg sync.WaitGroup
@@ -393,9 +393,13 @@ func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.S
 	}
 	stop()
 	wg.Wait()
-	if err := m.writeHeartbeat(context.WithoutCancel(ctx)); err != nil {
-		m.log.Warn("writing the last heartbeat failed", "err", err)
+	// A stopped consumer holds back nobody: without this, gc and --max-lead
+	// producers waited for it until its heartbeat went stale (2 minutes).
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if err := m.store.Delete(dctx, txn.HeartbeatKey(o.NodeID)); err != nil {
+		m.log.Warn("deleting the heartbeat failed; it goes stale in "+txn.ConsumerTimeout.String(), "key", txn.HeartbeatKey(o.NodeID), "err", err)
 	}
+	cancel()
 	m.log.Info("unmounted", "mountpoint", o.Mountpoint)
 }
 

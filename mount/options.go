@@ -109,9 +109,9 @@ func zeroIsDefault(op Option) Option {
 func intOption(name, def string, share bool, field func(*Options) *int, usage string) Option {
 	return Option{Name: name, Default: def, Share: share, Usage: usage,
 		set: func(o *Options, flag, v string) error {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
+			n, err := flagval.ParseInt[int](v)
 			if err != nil {
-				return flagval.Usagef("%s %q is not a whole number", flag, v)
+				return flagval.Usagef("%s %w", flag, err)
 			}
 			*field(o) = n
 			return nil

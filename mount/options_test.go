@@ -68,7 +68,7 @@ func TestParseAttributes(t *testing.T) {
 		"cache_size=1GiB":       `unknown volume attribute "cache_size"`,
 		"store-latency=1s":      `unknown volume attribute "store-latency"`,
 		"poll-interval=100ns":   "--poll-interval 100ns is too short; use at least 1ms",
-		"view-ranks=two":        `--view-ranks "two" is not a whole number`,
+		"view-ranks=two":        `--view-ranks "two" is not a decimal whole number`,
 		"allow-other=sometimes": `--allow-other "sometimes" is not true or false`,
 	} {
 		k, v, _ := strings.Cut(attrs, "=")

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,6 +241,9 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return r.reject(name, fmt.Sprintf("batch %q is named at or below this producer's cursor %q and was never committed: batches commit in name order; rename it to sort after %q to commit it", name, r.cursor, r.cursor))
 	}
 	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
+	if err != nil && r.vanished(name) {
+		return nil
+	}
 	if errors.Is(err, ErrInvalid) {
 		return r.reject(name, err.Error())
 	}
@@ -249,6 +254,9 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return err
 	}
 	pd, err := r.p.Append(ctx, b.Batch())
+	if errors.Is(err, txn.ErrSource) && r.vanished(name) {
+		return nil
+	}
 	if errors.Is(err, txn.ErrSource) {
 		return r.reject(name, err.Error())
 	}
@@ -264,6 +272,19 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// vanished reports (and says, once) that a batch was moved or removed by
+// someone else while it was read: nothing of it was committed, and the
+// run goes on with the next batch.
+func (r *runner) vanished(name string) bool {
+	if _, err := os.Lstat(filepath.Join(r.Tree.Dir, name, Sealed)); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	why := "it was moved or removed while it was read; nothing of it was committed"
+	r.Logger.Warn("sealed batch gone", "batch", name, "why", why)
+	r.event(BatchEvent{Name: name, Step: -1, Skipped: why})
+	return true
 }
 
 // reject moves a batch to _rejected. One that cannot be moved (a full

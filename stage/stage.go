@@ -29,6 +29,7 @@
 package stage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,18 @@ func Open(dir string) (*Tree, error) {
 	return &Tree{Dir: abs}, nil
 }
 
+// fileKind names a non-regular file's type for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	default:
+		return "special file"
+	}
+}
+
 // Skipped is a top-level entry that looks like a sealed batch but is never
 // picked up, and why.
 type Skipped struct {
@@ -114,12 +127,15 @@ func (t *Tree) Scan() (names []string, skipped []Skipped, err error) {
 		// writer's mistake, not its promise that the batch is complete.
 		// (Lstat follows a symlinked batch directory, not the marker.)
 		fi, err := os.Lstat(filepath.Join(t.Dir, n, Sealed))
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil {
 			continue
 		}
 		switch {
 		case n == RejectedDir || strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".done"):
 			// the producer's own
+		case !fi.Mode().IsRegular():
+			// Never picked up, but said: the writer meant to seal it.
+			skipped = append(skipped, Skipped{n, "its " + Sealed + " is a " + fileKind(fi.Mode()) + ", not a regular file: a batch is sealed by a file " + Sealed + " created last; replace it with one"})
 		case strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_"):
 			skipped = append(skipped, Skipped{n, "names beginning with '.' or '_' in the staging directory are the producer's own, never batches; rename it to commit it"})
 		case e.Type()&fs.ModeSymlink != 0:
@@ -405,20 +421,48 @@ var ErrLocked = errors.New("staging directory in use")
 // Lock takes the staging directory for producer id until unlock is called
 // (or the process dies: the kernel drops a flock with its holder). The
 // holder's id and pid are written into the lock file so a refused producer
-// can name it. Writing the name is best-effort: on a full staging disk the
-// lock itself still holds, and committing is what frees the space.
+// can name it. The lock file and the name are best-effort: on a full
+// staging disk the lock itself still holds, and committing is what frees
+// the space.
 func (t *Tree) Lock(id string) (unlock func(), err error) {
-	p := filepath.Join(t.Dir, LockFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	// The flock that excludes is on the directory itself: it needs no
+	// inode, so a full staging disk still lets run start and commit, which
+	// is what frees it.
+	d, err := os.Open(t.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("locking staging directory: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		holder, _ := io.ReadAll(io.LimitReader(f, 256))
-		f.Close()
+	p := filepath.Join(t.Dir, LockFile)
+	held := func() error {
+		holder, _ := os.ReadFile(p)
+		if len(holder) > 256 {
+			holder = holder[:256]
+		}
+		return fmt.Errorf("%w: staging directory %s is held by %s; stop that producer, or give this one its own staging directory",
+			ErrLocked, t.Dir, cmp.Or(strings.TrimSpace(string(holder)), "another producer"))
+	}
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		d.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: staging directory %s is held by %s; stop that producer, or give this one its own staging directory",
-				ErrLocked, t.Dir, strings.TrimSpace(string(holder)))
+			return nil, held()
+		}
+		return nil, fmt.Errorf("locking staging directory %s: %w", t.Dir, err)
+	}
+	// _lock names the holder for a refused producer and excludes one of an
+	// older version, which locks only it. Best effort when no inode is free.
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return func() { d.Close() }, nil
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("locking staging directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		d.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, held()
 		}
 		return nil, fmt.Errorf("locking staging directory %s: %w", p, err)
 	}
@@ -429,5 +473,5 @@ func (t *Tree) Lock(id string) (unlock func(), err error) {
 			_ = f.Truncate(0)
 		}
 	}
-	return func() { f.Close() }, nil
+	return func() { f.Close(); d.Close() }, nil
 }

@@ -581,6 +581,14 @@ func TestSkippedEntriesReported(t *testing.T) {
 	batch(t, e.staging, "_under")
 	batch(t, e.staging, ".dot")
 	batch(t, e.staging, "b1")
+	// Issue 32 item 17: a directory _SEALED was never picked up, silently.
+	batch(t, e.staging, "dirseal")
+	if err := os.Remove(filepath.Join(e.staging, "dirseal", stage.Sealed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(e.staging, "dirseal", stage.Sealed), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tree, err := stage.Open(e.staging)
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +605,8 @@ func TestSkippedEntriesReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"linked": "is a symlink", "_under": "beginning with '.' or '_'", ".dot": "beginning with '.' or '_'"}
+	want := map[string]string{"linked": "is a symlink", "_under": "beginning with '.' or '_'", ".dot": "beginning with '.' or '_'",
+		"dirseal": "its _SEALED is a directory, not a regular file"}
 	for n, says := range want {
 		if !strings.Contains(skipped[n], says) {
 			t.Errorf("%s: reported %q, want it to say %q", n, skipped[n], says)
@@ -656,6 +665,35 @@ func fill(t *testing.T, dir string, inodes bool) {
 			t.Fatal(err)
 		}
 		f.Close()
+	}
+}
+
+// TestFullStagingDiskNoInodeFirstStart: with no inode free the first run
+// cannot create _lock; it still takes its lock (on the directory) and
+// commits, and a second producer is still refused (issue 32 item 15:
+// before, "_lock: no space left on device" stopped it).
+func TestFullStagingDiskNoInodeFirstStart(t *testing.T) {
+	e := newEnv(t)
+	e.staging = tmpfs(t, "size=1m,nr_inodes=64")
+	batch(t, e.staging, "b1")
+	fill(t, e.staging, true)
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tree.Lock("first")
+	if err != nil {
+		t.Fatalf("lock with no inode free: %v", err)
+	}
+	if _, err := tree.Lock("second"); !errors.Is(err, stage.ErrLocked) {
+		t.Fatalf("a second producer: %v; want ErrLocked", err)
+	}
+	unlock()
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
+		t.Fatalf("steps %v, want b1", steps)
 	}
 }
 
@@ -735,5 +773,63 @@ func TestFullStagingDiskFirstStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.staging, stage.LockFile)); err != nil {
 		t.Fatalf("the lock file: %v", err)
+	}
+}
+
+// TestBatchMovedAwayWhileRead: a writer that moves a sealed batch away
+// while run reads it (here: while run is held back, after it listed the
+// batch) costs that batch only: run says so and goes on; before, it exited
+// 1 (issue 32 item 17).
+func TestBatchMovedAwayWhileRead(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b1")
+	batch(t, e.staging, "b2")
+	if rejected := e.run(t, "p"); len(rejected) != 0 {
+		t.Fatal(rejected)
+	}
+	heartbeat := func(step int64) {
+		b, err := json.Marshal(txn.Heartbeat{NodeID: "c", Step: &step, Time: time.Now().UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.PutBytes(t.Context(), e.store, txn.HeartbeatKey("c"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heartbeat(0) // next step 2 is 2 ahead: held with --max-lead 1
+	batch(t, e.staging, "b3")
+	batch(t, e.staging, "b4")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "b3")
+	moved := false
+	events := map[string]stage.BatchEvent{}
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true, MaxLead: 1, Poll: 10 * time.Millisecond,
+		OnBatch: func(b stage.BatchEvent) {
+			if b.Waiting != "" && !moved {
+				moved = true
+				if err := os.Rename(filepath.Join(e.staging, "b3"), elsewhere); err != nil {
+					t.Error(err)
+				}
+				heartbeat(10)
+				return
+			}
+			events[b.Name] = b
+		},
+	})
+	if err != nil {
+		t.Fatalf("run with a batch moved away mid-read: %v", err)
+	}
+	if !moved || !strings.Contains(events["b3"].Skipped, "moved or removed while it was read") {
+		t.Fatalf("b3: %+v (moved %v); want it reported as gone", events["b3"], moved)
+	}
+	if steps := e.steps(t); len(steps) != 3 || steps["b4"] != 2 {
+		t.Fatalf("steps %v; want b1, b2 and b4", steps)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, stage.Sealed)); err != nil {
+		t.Fatalf("the moved batch: %v", err)
 	}
 }

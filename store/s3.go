@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -56,6 +58,9 @@ type S3Options struct {
 	Region    string // empty: from the environment, else us-east-1
 	PathStyle bool
 	PartSize  int64 // 0: DefaultPartSize
+	// Per-request timeouts; 0: DefaultConnectTimeout,
+	// DefaultFirstByteTimeout, DefaultIdleTimeout.
+	ConnectTimeout, FirstByteTimeout, IdleTimeout time.Duration
 }
 
 // openS3 parses s3://bucket/prefix?endpoint=&region=&path-style=&part-size=.
@@ -67,7 +72,12 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 		return nil, bad("names no bucket", "use s3://bucket/prefix")
 	}
 	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
-	for k, vs := range u.Query() {
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		// u.Query() would drop the pair silently, endpoint= included.
+		return nil, bad("has a malformed query ("+err.Error()+")", "escape '%' as %25 in parameter values")
+	}
+	for k, vs := range query {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
@@ -112,12 +122,14 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	if o.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
 	}
-	// The buildable client keeps AWS_CA_BUNDLE working; raise the idle pool so
-	// parallel ranged GETs reuse connections instead of churning them.
-	loadOpts = append(loadOpts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConns = 256
-		t.MaxIdleConnsPerHost = 64
-	})))
+	// Raise the idle pool so parallel ranged GETs reuse connections instead
+	// of churning them.
+	loadOpts = append(loadOpts, config.WithHTTPClient(buildableClient(
+		cmp.Or(o.ConnectTimeout, DefaultConnectTimeout), cmp.Or(o.FirstByteTimeout, DefaultFirstByteTimeout),
+		func(t *http.Transport) {
+			t.MaxIdleConns = 256
+			t.MaxIdleConnsPerHost = 64
+		})))
 	// The SDK's own log lines (an IMDS warning when no credentials are
 	// found) would be a second, confusing report of what we say below.
 	loadOpts = append(loadOpts, config.WithLogger(logging.Nop{}))
@@ -128,6 +140,7 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	cfg.HTTPClient = idleClient{c: cfg.HTTPClient, idle: cmp.Or(o.IdleTimeout, DefaultIdleTimeout)}
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("s3 store %s: %w", o.Bucket, ctx.Err())
@@ -145,6 +158,9 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		so.DisableLogOutputChecksumValidationSkipped = true
+		so.Retryer = retry.NewStandard(func(ro *retry.StandardOptions) {
+			ro.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(noTimeoutRetry)}, ro.Retryables...)
+		})
 	})
 	s := &s3Store{client: client, endpoint: o.Endpoint, bucket: o.Bucket, partSize: o.PartSize}
 	if loopbackHTTP(o.Endpoint) {
@@ -199,17 +215,19 @@ func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
 				ErrUnreachable, o.Bucket, why)
 		}
 		return fmt.Errorf("%w: cannot reach the S3 endpoint %s (%s); check that the server is running there and that endpoint= in the store URL has the right scheme, host and port",
-			ErrUnreachable, o.Endpoint, why)
+			ErrUnreachable, at, why)
 	}
 	return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
 }
 
 // unreachable tells an error where no request got an answer (refused,
-// no route, no such host, TLS to a plain port) and names the cause
-// without the SDK's wrapping: the innermost network error's text.
+// no route, no such host, TLS to a plain port, a timeout) or a connection
+// was lost while a body was read, and names the cause without the SDK's
+// wrapping: the innermost network error's text.
 func unreachable(err error) (string, bool) {
 	var se *smithyhttp.RequestSendError
-	if !errors.As(err, &se) {
+	var ne net.Error
+	if !errors.As(err, &se) && !errors.As(err, &ne) {
 		return "", false
 	}
 	var dns *net.DNSError
@@ -223,6 +241,9 @@ func unreachable(err error) (string, bool) {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err.Error(), true
+	}
+	if se == nil {
+		return ne.Error(), true
 	}
 	return se.Err.Error(), true
 }
@@ -271,7 +292,7 @@ func endpointName(e string) string {
 	if e == "" {
 		return "AWS"
 	}
-	return e
+	return redactEndpoint(e)
 }
 
 func (s *s3Store) key(k string) string { return s.prefix + k }

@@ -152,8 +152,8 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	}
 	// Messages quote the URL without anything that may be a secret.
 	shown := Redact(rawURL)
-	if u.User != nil {
-		return nil, fmt.Errorf("%w: store URL %q carries credentials (user:secret@); remove them and give them through the AWS chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)", ErrInvalid, shown)
+	if where := userinfoIn(u); where != "" {
+		return nil, fmt.Errorf("%w: store URL %q carries credentials (user:secret@ %s); remove them and give them through the AWS credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) or, under Kubernetes, the volume's secret", ErrInvalid, shown, where)
 	}
 	switch u.Scheme {
 	case "file":
@@ -167,9 +167,53 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	}
 }
 
-// Redact is a store URL fit for logs and messages: user info and the
-// values of query parameters other than the known, harmless ones are
-// replaced by "xxxxx", so that a secret put in the URL is never printed.
+// userinfoIn says where u carries user info ("in the URL", "in
+// endpoint="), or "" when it carries none: at the top level, in
+// endpoint= (with or without a scheme) or in any query value that is
+// itself a URL, such as token=https://key:secret@host.
+func userinfoIn(u *url.URL) string {
+	if u.User != nil {
+		return "in the URL"
+	}
+	// The raw pairs, not u.Query(): that drops a pair it cannot unescape.
+	for pair := range strings.SplitSeq(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		uv, err := url.QueryUnescape(v)
+		if err != nil {
+			uv = v
+		}
+		if hasUserinfo(uv, k == "endpoint") || hasUserinfo(v, k == "endpoint") {
+			return "in " + k + "="
+		}
+	}
+	return ""
+}
+
+// hasUserinfo reports whether the authority of v (after scheme://, or from
+// the start when bare, up to the first '/', '?' or '#') holds an '@'.
+// It does not ask url.Parse: a secret holding '%' breaks the parse, not
+// the leak.
+func hasUserinfo(v string, bare bool) bool {
+	_, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		if !bare {
+			return false
+		}
+		rest = v
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.Contains(rest, "@")
+}
+
+// Redact is a store URL fit for logs and messages: user info (also inside
+// endpoint=) and the values of query parameters other than the known,
+// harmless ones are replaced by "xxxxx", so that a secret put in the URL
+// is never printed.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -180,9 +224,13 @@ func Redact(raw string) string {
 	}
 	if u.RawQuery != "" {
 		q := u.Query()
-		for k := range q {
+		for k, vs := range q {
 			switch k {
-			case "endpoint", "region", "path-style", "part-size":
+			case "region", "path-style", "part-size":
+			case "endpoint":
+				for i, v := range vs {
+					vs[i] = redactEndpoint(v)
+				}
 			default:
 				q[k] = []string{"xxxxx"}
 			}
@@ -190,6 +238,19 @@ func Redact(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+// redactEndpoint keeps an endpoint's scheme, host and path, which say
+// where the store is, and drops its user info.
+func redactEndpoint(v string) string {
+	if !hasUserinfo(v, true) {
+		return v
+	}
+	if e, err := url.Parse(v); err == nil && e.User != nil && e.Host != "" {
+		e.User = url.User("xxxxx")
+		return e.String()
+	}
+	return "xxxxx"
 }
 
 // ReadAll reads a whole object into memory.

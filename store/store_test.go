@@ -62,6 +62,40 @@ func TestBadURLs(t *testing.T) {
 	}
 }
 
+// TestURLCredentialsRefused: user info anywhere in a store URL (at the
+// top, inside endpoint= with or without a scheme, inside any query value
+// that is a URL) is refused with one line pointing at the credential chain
+// or the volume's secret, before any request; neither that line nor
+// Redact ever shows the secret (issue 32 item 1).
+func TestURLCredentialsRefused(t *testing.T) {
+	const secret = "SuperSecret123"
+	for _, u := range []string{
+		"s3://AKIAUSERX:" + secret + "@b/p",
+		"s3://b/p?endpoint=http://AKIAUSERX:" + secret + "@127.0.0.1:1&region=us-east-1",
+		"s3://b/p?endpoint=http%3A%2F%2FAKIAUSERX%3A" + secret + "%40127.0.0.1%3A1",
+		"s3://b/p?endpoint=AKIAUSERX:" + secret + "@127.0.0.1:1",
+		"s3://b/p?endpoint=http://AKIAUSERX:" + secret + "%zz@127.0.0.1:1",
+		"s3://b/p?endpoint=http://127.0.0.1:1&token=https://AKIAUSERX:" + secret + "@host",
+		"file:///tmp/x?endpoint=http://AKIAUSERX:" + secret + "@127.0.0.1:1",
+	} {
+		_, err := store.Open(t.Context(), u)
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "carries credentials") ||
+			!strings.Contains(err.Error(), "credential chain") || !strings.Contains(err.Error(), "volume's secret") {
+			t.Errorf("open %q: %v; want ErrInvalid saying to use the credential chain or the volume's secret", u, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "\n")) {
+			t.Errorf("open %q: %q shows the secret or is not one line", u, err)
+		}
+		if r := store.Redact(u); strings.Contains(r, secret) {
+			t.Errorf("Redact(%q) = %q shows the secret", u, r)
+		}
+	}
+	// What says where the store is stays readable.
+	if r := store.Redact("s3://b/p?endpoint=http://k:s@10.0.0.1:9000&region=eu-west-1"); !strings.Contains(r, "10.0.0.1%3A9000") || !strings.Contains(r, "eu-west-1") {
+		t.Errorf("Redact dropped the endpoint's host or the region: %s", r)
+	}
+}
+
 // TestFileNoPartialObjects checks that the file store never shows a partial
 // object under its final name and leaves no temp files behind when a put
 // fails halfway.

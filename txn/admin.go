@@ -50,7 +50,7 @@ func RecordCheckpoint(ctx context.Context, l *Log, step int64, log *slog.Logger)
 			res.Outcome = CheckpointAlready
 			return nil, nil
 		}
-		if step+1 < st.LiveFrom && step >= st.Config.FirstStep {
+		if step < st.LiveFrom-1 && step >= st.Config.FirstStep { // not step+1: it overflows at MaxInt64
 			return nil, fmt.Errorf("%w: checkpoint for step %d, but gc has reclaimed every step below %d, so a restart from it would find steps %d-%d gone; record only checkpoints taken after a live step",
 				ErrReclaimed, step, st.LiveFrom, step+1, st.LiveFrom-1)
 		}

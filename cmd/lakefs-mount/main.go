@@ -122,7 +122,7 @@ func flags() []cli.Flag {
 		fl = append(fl, &cli.StringFlag{Name: op.Name, EnvVars: envs, Value: op.Default, Usage: op.Usage, Hidden: op.Hidden})
 	}
 	return append(fl,
-		&cli.IntFlag{Name: "ready-fd", Value: -1,
+		&cli.StringFlag{Name: "ready-fd",
 			Usage: "write one line to this file descriptor once the view is served (mounted, first state loaded; an empty stream too), then close it"},
 		&cli.BoolFlag{Name: "abort",
 			Usage: "free MOUNTPOINT of a hung or dead lakefs-mount (abort its FUSE connection, detach it), then exit"})
@@ -162,7 +162,11 @@ func parseOptions(cc *cli.Context, stderr io.Writer) (o mount.Options, abort boo
 		}
 	}
 	if cc.IsSet("ready-fd") {
-		if o.Ready, err = readyFD(cc.Int("ready-fd")); err != nil {
+		fd, err := flagval.ParseInt[int](cc.String("ready-fd"))
+		if err != nil {
+			return o, false, flagval.Usagef("--ready-fd %w", err)
+		}
+		if o.Ready, err = readyFD(fd); err != nil {
 			return o, false, err
 		}
 	}

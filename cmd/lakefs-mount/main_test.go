@@ -58,10 +58,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"--cache-size 2x /mnt":                             `--cache-size "2x" is not a size`,
 		"--store file:///nowhere --prefetch-steps -1 /mnt": "--prefetch-steps -1 is negative",
 		"--store file:///s":                                "want exactly one argument, the mount point, got 0",
+		// Issue 32 item 8: decimal only, as lakefs-produce.
+		"--store file:///s --prefetch-steps 0x3 /mnt": `--prefetch-steps "0x3" is not a decimal whole number`,
+		"--store file:///s --ready-fd 0x3 /mnt":       `--ready-fd "0x3" is not a decimal whole number`,
+		// Issue 32 item 1: the mount logged the secret, URL-encoded.
+		"--store s3://b/p?endpoint=http://AKIAUSERX:SuperSecret123@127.0.0.1:1 /mnt": "carries credentials (user:secret@ in endpoint=)",
 	} {
 		var stderr bytes.Buffer
 		code := run(append([]string{"lakefs-mount"}, strings.Fields(args)...), &bytes.Buffer{}, &stderr)
-		if code != 2 || !strings.Contains(stderr.String(), want) {
+		if code != 2 || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "SuperSecret123") {
 			t.Errorf("lakefs-mount %s: exit %d, %q; want 2 and %q", args, code, stderr.String(), want)
 		}
 	}

@@ -18,7 +18,7 @@ type checkpointOptions struct {
 }
 
 func checkpointCommand() *cli.Command {
-	var o checkpointOptions
+	o := checkpointOptions{Step: -1}
 	return &cli.Command{
 		Name:      "checkpoint",
 		Usage:     "record that training durably checkpointed after step S",
@@ -30,7 +30,7 @@ A step that is not committed yet, or one gc has reclaimed past, is refused
 (exit 1).`,
 		Flags: []cli.Flag{
 			storeFlag(),
-			&cli.Int64Flag{Name: "step", Value: -1, Destination: &o.Step, Usage: "the checkpointed step (required)"},
+			&cli.GenericFlag{Name: "step", Value: &flagval.Int[int64]{P: &o.Step}, Usage: "the checkpointed step (required)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := cliapp.NoArgs(c); err != nil {

@@ -22,19 +22,19 @@ type initOptions struct {
 }
 
 func initCommand() *cli.Command {
-	var o initOptions
+	o := initOptions{SnapshotEvery: txn.DefaultSnapshotEvery, RetainCheckpoints: txn.DefaultRetainCheckpoints}
 	return &cli.Command{
 		Name:      "init",
 		Usage:     "create a stream with a fixed number of ranks",
 		UsageText: "lakefs-produce init --store URL --ranks R [--first-step N]",
 		Flags: []cli.Flag{
 			storeFlag(),
-			&cli.IntFlag{Name: "ranks", Destination: &o.Ranks, Usage: "data-parallel ranks R (required)"},
-			&cli.Int64Flag{Name: "first-step", Destination: &o.FirstStep, Usage: "number of the first step"},
+			&cli.GenericFlag{Name: "ranks", Value: &flagval.Int[int]{P: &o.Ranks}, Usage: "data-parallel ranks R (required)"},
+			&cli.GenericFlag{Name: "first-step", Value: &flagval.Int[int64]{P: &o.FirstStep}, Usage: "number of the first step"},
 			&cli.StringFlag{Name: "chunk-size", Value: flagval.FormatSize(txn.DefaultChunkSize), Destination: &o.ChunkSize,
 				Usage: "bytes per CRC32C chunk in packs, " + flagval.FormatSize(txn.MinChunkSize) + " to " + flagval.FormatSize(txn.MaxChunkSize)},
-			&cli.Uint64Flag{Name: "snapshot-every", Value: txn.DefaultSnapshotEvery, Destination: &o.SnapshotEvery, Usage: "write a state snapshot every N versions"},
-			&cli.IntFlag{Name: "retain-checkpoints", Value: txn.DefaultRetainCheckpoints, Destination: &o.RetainCheckpoints,
+			&cli.GenericFlag{Name: "snapshot-every", Value: &flagval.Int[uint64]{P: &o.SnapshotEvery}, Usage: "write a state snapshot every N versions"},
+			&cli.GenericFlag{Name: "retain-checkpoints", Value: &flagval.Int[int]{P: &o.RetainCheckpoints},
 				Usage: "checkpoints whose following steps are kept; steps up to the oldest of them are reclaimed"},
 		},
 		Action: func(c *cli.Context) error {
@@ -63,6 +63,10 @@ func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 	}
 	if o.RetainCheckpoints < 1 {
 		return flagval.Usagef("--retain-checkpoints must be at least 1 (got %d)", o.RetainCheckpoints)
+	}
+	if o.SnapshotEvery < 1 {
+		// txn.Create would take 0 for its default, 100.
+		return flagval.Usagef("--snapshot-every must be at least 1 (got %d)", o.SnapshotEvery)
 	}
 	s, err := openStore(ctx, o.Store)
 	if err != nil {

@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // invoke runs the command in-process and returns its exit status and output.
@@ -154,6 +158,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "65537"}, "--ranks 65537 is out of range; use 1 to 65536"},
 		{[]string{"init", "--store", "file:///tmp/x"}, "--ranks is required"},
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "100"}, "--chunk-size 100 is out of range; use 4KiB to 1GiB"},
+		// Issue 32 item 17: became 100 without a word.
+		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--snapshot-every", "0"}, "--snapshot-every must be at least 1 (got 0)"},
 		{[]string{"init", "--store", "file:///tmp/x", "--ranks", "2", "--chunk-size", "big"}, `--chunk-size "big" is not a size`},
 		{[]string{"run", "--store", "file:///tmp/x", "--producer-id", "p"}, "--staging"},
 		{[]string{"run", "--store", "file:///tmp/x", "--staging", "/nonexistent-staging", "--producer-id", "p"}, "/nonexistent-staging"},
@@ -170,6 +176,37 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := invoke(t, "status", "--store", "file://"+t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "lakefs-produce init") {
 		t.Errorf("status without a stream: %d %q", code, stderr)
+	}
+}
+
+// TestDecimalFlags: integer flags are decimal only: 010 is 10, not 8
+// (a stream's ranks are fixed for its life), and 0x3 is refused (issue 32
+// item 8).
+func TestDecimalFlags(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	if code, _, stderr := invoke(t, "init", "--ranks", "010", "--first-step", "0100", "--retain-checkpoints", "02"); code != 0 {
+		t.Fatalf("init --ranks 010: %d %s", code, stderr)
+	}
+	code, out, _ := invoke(t, "status", "--json")
+	var st struct {
+		Ranks     int   `json:"ranks"`
+		FirstStep int64 `json:"first_step"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Ranks != 10 || st.FirstStep != 100 {
+		t.Fatalf("init --ranks 010 --first-step 0100: %s; want 10 ranks from step 100", out)
+	}
+	for _, args := range [][]string{
+		{"init", "--store", "file://" + t.TempDir(), "--ranks", "0x3"},
+		{"checkpoint", "--step", "0x10"},
+		{"checkpoint", "--step", "1e3"},
+		{"verify", "--parallel", "0b11"},
+		{"run", "--staging", t.TempDir(), "--producer-id", "p", "--max-lead", "0o7"},
+		{"init", "--store", "file://" + t.TempDir(), "--ranks", "2", "--snapshot-every", "0x10"},
+	} {
+		code, _, stderr := invoke(t, args...)
+		if code != 2 || !strings.Contains(stderr, "is not a decimal whole number") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want 2 and one line saying it is not decimal", args, code, stderr)
+		}
 	}
 }
 
@@ -233,12 +270,16 @@ func TestUserMistakes(t *testing.T) {
 		{[]string{"run", "--store", good, "--staging", t.TempDir(), "--producer-id", "bad id"}, 2, "producer id \"bad id\""},
 		{[]string{"checkpoint", "--store", good, "--step", "-5"}, 2, "--step -5: steps are numbered from 0"},
 		{[]string{"checkpoint", "--store", good}, 2, "--step S is required"},
+		// Issue 32 item 17: step+1 overflowed into a "reclaimed" range.
+		{[]string{"checkpoint", "--store", good, "--step", "9223372036854775807"}, 1, "checkpoint for step 9223372036854775807, but the head step is none"},
+		// Issue 32 item 1: the secret was printed back.
+		{[]string{"status", "--store", "s3://b/p?endpoint=http://AKIAUSERX:SuperSecret123@127.0.0.1:1&region=us-east-1"}, 2, "or, under Kubernetes, the volume's secret"},
 		{[]string{"status", "--store", "file://" + missing}, 1, ""},
 		{[]string{"verify", "--store", "file://" + missing}, 1, ""},
 	}
 	for _, c := range cases {
 		code, _, stderr := invoke(t, c.args...)
-		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 {
+		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "\n") != 1 || strings.Contains(stderr, "SuperSecret123") {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line saying %q", c.args, code, stderr, c.code, c.says)
 		}
 	}
@@ -371,5 +412,61 @@ func TestCheckpointSaysWhatItRecorded(t *testing.T) {
 		if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(stderr, c.err) || strings.Count(out+stderr, "\n") != 1 {
 			t.Errorf("checkpoint --step %s: exit %d, stdout %q, stderr %q; want exit %d saying %q%q", c.step, code, out, stderr, c.code, c.out, c.err)
 		}
+	}
+}
+
+// TestRunOnceRejectedNotMoved: when _rejected cannot take a rejected batch
+// (a full disk; here a file in its place), run --once's last line says it
+// stays staged, not that it is in _rejected (issue 32 item 15).
+func TestRunOnceRejectedNotMoved(t *testing.T) {
+	t.Setenv("LAKEFS_STORE", "file://"+t.TempDir())
+	staging := t.TempDir()
+	if code, _, stderr := invoke(t, "init", "--ranks", "2"); code != 0 {
+		t.Fatal(stderr)
+	}
+	stageBatch(t, staging, "a", 1) // rank-1 missing
+	if err := os.WriteFile(filepath.Join(staging, "_rejected"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once")
+	if code != 1 || !strings.Contains(out, "it stays staged") || !strings.Contains(stderr, "1 of 1 batches rejected; they could not be moved") ||
+		strings.Contains(stderr, "they are in") {
+		t.Fatalf("run: %d %q %q", code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(staging, "a", "_SEALED")); err != nil {
+		t.Fatalf("the batch that could not be moved: %v", err)
+	}
+}
+
+// TestProgressStartsAtStreamHead: run's progress line reports the stream's
+// head before this run commits anything, not -1 (issue 32 item 17).
+func TestProgressStartsAtStreamHead(t *testing.T) {
+	url := "file://" + t.TempDir()
+	staging := t.TempDir()
+	t.Setenv("LAKEFS_STORE", url)
+	if code, _, stderr := invoke(t, "init", "--ranks", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, b := range []string{"a", "b", "c", "d"} {
+		stageBatch(t, staging, b, 1)
+	}
+	if code, _, stderr := invoke(t, "run", "--staging", staging, "--producer-id", "p0", "--once"); code != 0 {
+		t.Fatal(stderr)
+	}
+	s, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := txn.Open(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	p := newProgress(&buf, "log", newLogger(&buf, false), streamHead(t.Context(), l))
+	p.batch(stage.BatchEvent{Name: "e", Waiting: "held back by --max-lead"})
+	p.report(time.Second)
+	p.stop()
+	if !strings.Contains(buf.String(), "head=3") {
+		t.Fatalf("progress of a run that committed nothing yet: %q; want head=3", buf.String())
 	}
 }

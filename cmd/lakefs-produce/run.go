@@ -66,7 +66,7 @@ watching until SIGINT or SIGTERM.`,
 			storeFlag(),
 			&cli.StringFlag{Name: "staging", Destination: &o.Staging, Usage: "the staging directory (required)"},
 			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
-			&cli.Int64Flag{Name: "max-lead", Destination: &o.MaxLead, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
+			&cli.GenericFlag{Name: "max-lead", Value: &flagval.Int[int64]{P: &o.MaxLead}, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
 			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
@@ -123,7 +123,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 	}
-	prog := newProgress(stderr, o.Progress, logger)
+	prog := newProgress(stderr, o.Progress, logger, streamHead(ctx, l))
 	defer prog.stop()
 	summary := &onceSummary{out: stdout}
 	err = stage.Run(ctx, stage.RunOptions{
@@ -139,8 +139,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		},
 	})
 	if err == nil && summary.rejected > 0 {
-		return fmt.Errorf("%d of %d batches rejected; they are in %s with a %s file each",
-			summary.rejected, summary.n, filepath.Join(tree.Dir, stage.RejectedDir), stage.Reason)
+		return summary.err(filepath.Join(tree.Dir, stage.RejectedDir))
 	}
 	if errors.Is(err, txn.ErrFenced) {
 		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)
@@ -234,8 +233,22 @@ type progress struct {
 	lastBatches, lastByte int64
 }
 
-func newProgress(out io.Writer, mode string, logger *slog.Logger) *progress {
-	p := &progress{out: out, logger: logger, done: make(chan struct{}), head: -1}
+// streamHead is the stream's head step as run starts, -1 when there is
+// none: what progress reports until this run commits more (it reported -1
+// for a run that had committed nothing yet, whatever the head).
+func streamHead(ctx context.Context, l *txn.Log) int64 {
+	st, err := l.Load(ctx)
+	if err != nil {
+		return -1 // stage.Run reports the store's trouble
+	}
+	if h, ok := st.Head(); ok {
+		return h
+	}
+	return -1
+}
+
+func newProgress(out io.Writer, mode string, logger *slog.Logger, head int64) *progress {
+	p := &progress{out: out, logger: logger, done: make(chan struct{}), head: head}
 	switch mode {
 	case "line":
 		p.live = true
@@ -332,6 +345,23 @@ type onceSummary struct {
 	mu          sync.Mutex
 	out         io.Writer
 	n, rejected int
+	unmoved     int // of rejected: left staged, _rejected could not take them
+}
+
+// err is run --once's last line when batches were rejected: where they
+// are, also when _rejected could not take them.
+func (s *onceSummary) err(rejectedDir string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	where := fmt.Sprintf("they are in %s with a %s file each", rejectedDir, stage.Reason)
+	switch {
+	case s.unmoved == s.rejected:
+		where = fmt.Sprintf("they could not be moved to %s and stay staged (see the lines above); free space in the staging directory and run again", rejectedDir)
+	case s.unmoved > 0:
+		where = fmt.Sprintf("%d are in %s with a %s file each, %d could not be moved there and stay staged (see the lines above)",
+			s.rejected-s.unmoved, rejectedDir, stage.Reason, s.unmoved)
+	}
+	return fmt.Errorf("%d of %d batches rejected; %s", s.rejected, s.n, where)
 }
 
 func (s *onceSummary) batch(e stage.BatchEvent) {
@@ -348,6 +378,7 @@ func (s *onceSummary) batch(e stage.BatchEvent) {
 	switch {
 	case e.Unmoved != "":
 		s.rejected++
+		s.unmoved++
 		fmt.Fprintf(s.out, "%s rejected: %s (not moved to %s: %s; it stays staged)\n", e.Name, e.Rejected, stage.RejectedDir, e.Unmoved)
 	case e.Rejected != "":
 		s.rejected++

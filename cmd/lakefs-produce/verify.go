@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/internal/cliapp"
+	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -23,7 +24,7 @@ type verifyOptions struct {
 var errProblems = errors.New("verify found problems")
 
 func verifyCommand() *cli.Command {
-	var o verifyOptions
+	o := verifyOptions{Parallel: 8}
 	return &cli.Command{
 		Name:      "verify",
 		Usage:     "check the log, every live object's size and every CRC32C",
@@ -33,7 +34,7 @@ pack: that it exists, has its recorded size, and that each chunk's and each
 file's CRC32C matches the manifest. Exits non-zero naming each problem.`,
 		Flags: []cli.Flag{
 			storeFlag(),
-			&cli.IntFlag{Name: "parallel", Value: 8, Destination: &o.Parallel, Usage: "objects read at once"},
+			&cli.GenericFlag{Name: "parallel", Value: &flagval.Int[int]{P: &o.Parallel}, Usage: "objects read at once"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},
 		},
 		Action: func(c *cli.Context) error {

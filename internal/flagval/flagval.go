@@ -166,3 +166,58 @@ func FormatRanks(ranks []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Int is the value of an integer flag, written in decimal only: the flag
+// package's parsers, and urfave/cli's, take 010 for 8 and 0x3 for 3, and a
+// stream created with --ranks 010 has 8 ranks for its life. Leading zeros
+// are decimal (010 is 10), as in lakefs-mount's options. Use it with
+// cli.GenericFlag{Value: &flagval.Int[int]{P: &o.Ranks}}.
+type Int[T int | int64 | uint64] struct{ P *T }
+
+// Set parses s in decimal.
+func (v *Int[T]) Set(s string) error {
+	n, err := ParseInt[T](s)
+	if err != nil {
+		return err
+	}
+	*v.P = n
+	return nil
+}
+
+// String is the value in decimal ("" with no destination, as flag help
+// asks of a zero Value).
+func (v *Int[T]) String() string {
+	if v == nil || v.P == nil {
+		return ""
+	}
+	return fmt.Sprint(*v.P)
+}
+
+// ParseInt parses a decimal integer of type T: no base prefix, no
+// octal, one clear error for what is not a number or does not fit.
+func ParseInt[T int | int64 | uint64](s string) (T, error) {
+	s = strings.TrimSpace(s)
+	var n T
+	var err error
+	switch any(n).(type) {
+	case uint64:
+		var u uint64
+		u, err = strconv.ParseUint(s, 10, 64)
+		n = T(u)
+	case int:
+		var i int64
+		i, err = strconv.ParseInt(s, 10, strconv.IntSize)
+		n = T(i)
+	default:
+		var i int64
+		i, err = strconv.ParseInt(s, 10, 64)
+		n = T(i)
+	}
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, Usagef("%s is out of range", s)
+	case err != nil:
+		return 0, Usagef("%q is not a decimal whole number", s)
+	}
+	return n, nil
+}

@@ -151,3 +151,26 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+// TestParseInt: decimal only; leading zeros are decimal, base prefixes and
+// overflow are refused with one line (issue 32 item 8).
+func TestParseInt(t *testing.T) {
+	for s, want := range map[string]int64{"0": 0, "010": 10, "09": 9, " 42 ": 42, "-5": -5, "9223372036854775807": 1<<63 - 1} {
+		if got, err := ParseInt[int64](s); err != nil || got != want {
+			t.Errorf("ParseInt(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"0x3", "0o7", "0b1", "1_000", "1e3", "", "ten", "9223372036854775808"} {
+		if _, err := ParseInt[int64](s); !errors.Is(err, ErrUsage) {
+			t.Errorf("ParseInt(%q): %v; want a usage error", s, err)
+		}
+	}
+	if _, err := ParseInt[uint64]("-1"); !errors.Is(err, ErrUsage) {
+		t.Errorf("ParseInt[uint64](-1): %v; want a usage error", err)
+	}
+	var n int
+	v := Int[int]{P: &n}
+	if err := v.Set("010"); err != nil || n != 10 || v.String() != "10" {
+		t.Errorf("Int.Set(010): %d, %v", n, err)
+	}
+}

@@ -294,3 +294,15 @@ func (s *Server) URL(bucket, prefix string) string {
 func (s *Server) NewBucketURL(t testing.TB) string {
 	return s.URL(s.NewBucket(t), "stream")
 }
+
+// Signal sends sig to the running server without waiting for it to exit:
+// SIGSTOP hangs it (connections accepted, never answered), SIGCONT
+// resumes it.
+func (s *Server) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return fmt.Errorf("versitygw on %s is not running", s.addr)
+	}
+	return s.cmd.Process.Signal(sig)
+}
