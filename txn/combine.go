@@ -73,22 +73,22 @@ type committer struct {
 	logger   *slog.Logger
 
 	leading  bool
-	rtt      ewma    // store round trip (creates and version reads)
-	interval ewma    // between versions, by their records' times
+	rtt      ewma          // store round trip (creates and version reads)
+	interval ewma          // between versions, by their records' times
 	paceD    time.Duration // the leader's pace (see adapt)
 	// When st's newest version was created or read here, and that
 	// version's number, record time and next step.
 	seenAt   time.Time
 	seenVer  uint64
 	seenTime time.Time
-	startVer uint64 // the version the committer started at
+	startVer uint64    // the version the committer started at
 	attempts int       // creates since this committer's last version
 	roundAt  time.Time // when this committer's last round began
 	errs     *backoff  // between failed version reads; nil after a success
 
-	depth  map[string]int       // tail reads per producer per round
-	active map[string]activity  // what a producer's state was, and since when
-	probed int                  // producers probed in the last round, this one included
+	depth  map[string]int      // tail reads per producer per round
+	active map[string]activity // what a producer's state was, and since when
+	probed int                 // producers probed in the last round, this one included
 }
 
 type activity struct {
@@ -200,7 +200,7 @@ func (c *committer) follow(ctx context.Context) error {
 	expect := c.seenAt.Add(iv)
 	deadline := expect.Add(iv/2 + jitter(2*rtt, 1))
 	if c.starved() {
-		c.logger.Debug("DBG starved")
+		c.logger.Debug("versions leave this producer's TGB out; committing it", "version", c.st.Version+1)
 		return c.round(ctx)
 	}
 	if err := sleep(ctx, time.Until(expect)); err != nil {
@@ -216,7 +216,7 @@ func (c *committer) follow(ctx context.Context) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			c.logger.Debug("DBG help", "v", c.st.Version+1, "iv", iv, "since", time.Since(c.seenAt))
+			c.logger.Debug("the expected version did not come; committing it", "version", c.st.Version+1, "interval", iv)
 			return c.round(ctx)
 		}
 		gap := max(iv/4, rtt/2)
@@ -323,7 +323,7 @@ func (c *committer) round(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
-	c.logger.Debug("DBG round", "v", v.Version, "tgbs", len(v.TGBs), "leading", c.leading, "won", out == committed, "create", now.Sub(start), "pace", c.pace(), "probed", c.probed, "iv", c.interval.or(0), "rtt", c.rtt.or(0))
+	c.logger.Debug("version built", "version", v.Version, "tgbs", len(v.TGBs), "created", out == committed, "create", now.Sub(start), "pace", c.paceD, "probed", c.probed)
 	if out == lostRace {
 		c.leading = false
 		c.saw(now, nil)

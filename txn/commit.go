@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-		"time"
+	"time"
 
 	"github.com/lakestream/lakestream/store"
 )

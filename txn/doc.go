@@ -24,45 +24,63 @@
 //     checks it, and readers refuse (ErrCorrupt, naming the object) any
 //     record that breaks a rule, applying nothing past it:
 //     steps are contiguous from the stream's first step, each producer's
-//     seqs are contiguous, only the producer's registered epoch writes its
-//     TGBs, names are clean relative paths, packs tile their files exactly.
-//  3. A producer's epoch only grows. A version by an older epoch can never
-//     follow the register of a newer one, because it would have to be built
-//     from a state that includes that register (invariant 2): zombies are
-//     fenced by construction.
-//  4. A TGB's object is durable before the version that references it is
-//     created, so a visible step's bytes are always readable. The log holds
-//     only the object's key, size, index offsets and table CRC (a few
-//     hundred bytes whatever the ranks and files); a reader fetches the
-//     table and the sections of the ranks it reads, each checked by CRC and
-//     bounded in size before it is fetched.
+//     seqs are contiguous, only a producer's registered epoch has its TGBs
+//     added (whoever writes the version), names are clean relative paths,
+//     packs tile their files exactly.
+//  3. A producer's epoch only grows. A TGB of an older epoch can never be
+//     added after the register of a newer one, because the version adding
+//     it would have to be built from a state that includes that register
+//     (invariant 2): zombies are fenced by construction, whoever commits.
+//  4. A TGB's object is created once, complete and checked, before any
+//     version references it (uploading is announcing, announce.go), so a
+//     visible step's bytes are always readable, and whatever a committer
+//     finds at a producer's next seq is what that producer meant to commit.
+//     The log holds only the object's key, size, index offsets and table
+//     CRC (a few hundred bytes whatever the ranks and files); a reader
+//     fetches the table and the sections of the ranks it reads, each
+//     checked by CRC and bounded in size before it is fetched.
 //  5. Snapshots and the hint only save reading; a missing or stale one
 //     never changes the state a reader computes.
+//  6. A stream records the reader and writer versions it needs
+//     (StreamConfig); this build reads up to FormatVersion and writes a
+//     stream in its own format (format 2 streams get format 2 records).
 //
 // # Commit state machine
 //
-// One attempt (Log.tryCommit); the caller loops on lostRace:
+// The combining commit (combine.go) runs one committer per producer:
 //
-//	       build v = state+1 (steps, seqs, fencing, idempotence)
-//	               │
-//	               ▼
-//	     ┌── create _log/<v> ◄────────────────────┐
-//	     │         │                              │ absent
-//	  ok │         │ unknown (5xx, 409,           │
-//	     │         │ timeout, lost response)      │
-//	     │         ▼                              │
-//	     │   read _log/<v> ── retry on error ─────┤
-//	     │         │ present                      │
-//	     │         ├── Txn is ours ──┐            │
-//	     ▼         ▼                 ▼            │
-//	COMMITTED ◄────────────── (apply v)           │
-//	               │ Txn is theirs, or create said ErrExists
-//	               ▼
-//	LOST RACE: refresh (read only versions > state) ──► fenced? ──► ErrFenced
-//	               │
-//	               ▼
-//	Strategy delay (DAC: multiplicative increase + jitter), rebuild v
-//	with the TGBs queued meanwhile, new steps, new Txn ──► create again
+//	           ┌──────────── FOLLOW ◄─────────────────────┐
+//	own TGBs   │ read v+1 when expected (one GET)         │ lost the race,
+//	waiting    │   found: apply, complete own TGBs in it  │ or nothing to
+//	           │   absent past the help deadline, or two  │ commit anywhere
+//	           │   versions left our TGB out ──┐          │
+//	           │                               ▼          │
+//	           │   BUILD v+1 from the state at v: own queue + one parallel
+//	           │   round of tail reads at every registered producer's next
+//	           │   seqs (registered epoch only), cut at the first gap
+//	           │                               │
+//	           │                  tryCommit (below)
+//	           │                      won ─────┴───── lost ──► refresh
+//	           ▼                       │
+//	         LEAD: pace (grows while versions carry fewer TGBs than other
+//	         active producers, shrinks while more), then BUILD v+2 ...
+//
+// One create attempt (Log.tryCommit):
+//
+//	create _log/<v>  ──ok────────────────────────────► COMMITTED
+//	   │ ErrExists ──► refresh st ──────────────────► LOST RACE
+//	   │ unknown (5xx, 409, timeout, lost response)
+//	   └──► read _log/<v> until the read succeeds:
+//	          absent ──► create again (same bytes)
+//	          ours (same Txn) ──► COMMITTED
+//	          theirs ──► refresh st ─────────────────► LOST RACE
+//
+// A lost race is never retried with the same record: the committer
+// rebuilds from the refreshed state (new steps, the TGBs still waiting),
+// so a TGB is added at most once whatever races, lost responses or
+// crashes, and its producer learns of it from the log. Administrative
+// writes (registers, checkpoints, gc) use Log.Commit, the same attempt in
+// a loop; a leader's pace is never below half a round trip, so they get in.
 //
 // # Concurrency
 //
@@ -71,5 +89,5 @@
 // (the mount hands them to readers). A Producer's mutable fields are
 // guarded by Producer.mu; Append additionally serialises on appendMu, taken
 // before mu (lock order: appendMu, then mu). The committer goroutine owns
-// its State and never holds mu during I/O.
+// its State and its committer fields and never holds mu during I/O.
 package txn

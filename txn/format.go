@@ -55,11 +55,11 @@ type StreamConfig struct {
 	// that may write, the stream (absent before format 3: both are Format).
 	ReaderVersion int       `json:"reader_version,omitempty"`
 	WriterVersion int       `json:"writer_version,omitempty"`
-	StreamID  string    `json:"stream_id"`
-	Ranks     int       `json:"ranks"`
-	FirstStep int64     `json:"first_step"`
-	ChunkSize int64     `json:"chunk_size"`
-	CreatedAt time.Time `json:"created_at"`
+	StreamID      string    `json:"stream_id"`
+	Ranks         int       `json:"ranks"`
+	FirstStep     int64     `json:"first_step"`
+	ChunkSize     int64     `json:"chunk_size"`
+	CreatedAt     time.Time `json:"created_at"`
 	// SnapshotEvery: a committer writes a snapshot after each version that
 	// is a multiple of it.
 	SnapshotEvery uint64 `json:"snapshot_every"`

@@ -391,4 +391,3 @@ func fuzzJSON(t testing.TB, x any) []byte {
 	}
 	return b
 }
-

@@ -565,7 +565,6 @@ func TestSourceErrors(t *testing.T) {
 	}
 }
 
-
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

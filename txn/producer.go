@@ -75,7 +75,7 @@ type Resume struct {
 type Pending struct {
 	Seq      uint64
 	uploaded time.Time
-	missed   int    // versions built after its upload that did not include it (committer only)
+	missed   int  // versions built after its upload that did not include it (committer only)
 	tgb      *TGB // ranks and packs filled; step assigned at commit
 	done     chan struct{}
 	step     int64 // valid after done, when err == nil
@@ -426,4 +426,3 @@ func (p *Producer) fail(err error) {
 	p.queue = nil
 	p.cond.Broadcast()
 }
-
