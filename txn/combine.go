@@ -86,7 +86,7 @@ type committer struct {
 	roundAt  time.Time // when this committer's last round began
 	errs     *backoff  // between failed version reads; nil after a success
 
-	depth  map[string]int      // tail reads per producer per round
+	depth  map[string]depth    // tail reads per producer per round
 	active map[string]activity // what a producer's state was, and since when
 	probed int                 // producers probed in the last round, this one included
 }
@@ -101,7 +101,7 @@ func newCommitter(p *Producer, st *State, solo bool) *committer {
 		p: p, l: p.log, st: st, logger: p.logger,
 		solo:     solo || !p.log.Config.combining(),
 		maxGroup: DefaultMaxGroup,
-		depth:    map[string]int{},
+		depth:    map[string]depth{},
 		active:   map[string]activity{},
 		seenAt:   time.Now(),
 		seenVer:  st.Version,
@@ -178,12 +178,12 @@ func (c *committer) pace() time.Duration {
 	return max(jitter(c.rtt.or(defaultRTT)/2, 1), c.paceD)
 }
 
-// adapt steers the pace towards versions of about one TGB per other
+// adapt steers the pace towards versions of about 1.25 TGBs per other
 // active producer: it grows while versions are smaller than that and
 // shrinks while they are larger (at most by half or double a version, so
 // a burst is caught within a few versions), within 8 round trips.
 func (c *committer) adapt(tgbs int) {
-	want := c.probed - 1
+	want := (c.probed - 1) * 5 / 4
 	if want < 1 {
 		c.paceD = 0
 		return
@@ -197,7 +197,10 @@ func (c *committer) adapt(tgbs int) {
 func (c *committer) follow(ctx context.Context) error {
 	rtt := max(c.rtt.or(defaultRTT), time.Millisecond)
 	iv := max(c.interval.or(rtt), rtt)
-	expect := c.seenAt.Add(iv)
+	// A little late rather than early: an early read is a miss (a GET
+	// for nothing) and a late one only delays what this producer learns,
+	// not when its TGBs are visible.
+	expect := c.seenAt.Add(iv + iv/5)
 	deadline := expect.Add(iv/2 + jitter(2*rtt, 1))
 	if c.starved() {
 		c.logger.Debug("versions leave this producer's TGB out; committing it", "version", c.st.Version+1)
@@ -219,7 +222,7 @@ func (c *committer) follow(ctx context.Context) error {
 			c.logger.Debug("the expected version did not come; committing it", "version", c.st.Version+1, "interval", iv)
 			return c.round(ctx)
 		}
-		gap := max(iv/4, rtt/2)
+		gap := max(iv/3, rtt/2)
 		if c.errs != nil {
 			gap = c.errs.next // the store is failing: poll no faster than the backoff
 		}
@@ -400,6 +403,9 @@ func (c *committer) build(ctx context.Context) (*Version, error) {
 	if me == nil || me.Epoch != c.p.epoch {
 		return nil, c.checkFence()
 	}
+	// The record's time is taken before the probe: a TGB uploaded before
+	// it was there to be found (see missed).
+	built := time.Now().UTC()
 	lists := [][]*TGB{c.p.waiting(me.Seq, c.maxGroup)}
 	if !c.solo {
 		others, err := c.probe(ctx)
@@ -412,7 +418,7 @@ func (c *committer) build(ctx context.Context) (*Version, error) {
 		Format:  c.l.Config.writerVersion(),
 		Version: st.Version + 1,
 		Writer:  Writer{Producer: c.p.id, Epoch: c.p.epoch},
-		Time:    time.Now().UTC(),
+		Time:    built,
 		Txn:     randomID(),
 	}
 	next := st.NextStep()
@@ -459,11 +465,7 @@ func (c *committer) probe(ctx context.Context) ([][]*TGB, error) {
 	var targets []*target
 	for _, id := range slices.Sorted(maps.Keys(st.Producers)) {
 		if ps := st.Producers[id]; id != c.p.id && c.shouldProbe(id, ps) {
-			d, ok := c.depth[id]
-			if !ok {
-				d = 2
-			}
-			targets = append(targets, &target{id: id, ps: ps, slots: make([]slot, d)})
+			targets = append(targets, &target{id: id, ps: ps, slots: make([]slot, c.depth[id].next())})
 		}
 	}
 	c.probed = len(targets) + 1
@@ -495,17 +497,41 @@ func (c *committer) probe(ctx context.Context) ([][]*TGB, error) {
 			}
 			found = append(found, s.t)
 		}
-		d := len(tg.slots)
-		if len(found) == d {
-			c.depth[tg.id] = min(4*d, maxProbeDepth) // a backlog: catch up fast
-		} else {
-			c.depth[tg.id] = len(found) + 1
-		}
+		c.depth[tg.id] = c.depth[tg.id].update(len(found), len(tg.slots))
 		if len(found) > 0 {
 			out = append(out, found)
 		}
 	}
 	return out, nil
+}
+
+// depth is how many of a producer's next seqs a round reads: a little
+// more than it usually finds (each read past the last announced one is a
+// GET for nothing), and twice as many as last time when it found all.
+type depth struct {
+	reads int
+	found float64 // smoothed TGBs found per round
+}
+
+func (d depth) next() int {
+	if d.reads == 0 {
+		return 2
+	}
+	return d.reads
+}
+
+func (d depth) update(found, read int) depth {
+	if d.reads == 0 {
+		d.found = float64(found)
+	} else {
+		d.found = 0.5*d.found + 0.5*float64(found)
+	}
+	d.reads = int(d.found + 1.5)
+	if found == read {
+		d.reads = max(d.reads, 2*read) // a backlog: catch up fast
+	}
+	d.reads = min(max(d.reads, 1), maxProbeDepth)
+	return d
 }
 
 // shouldProbe: producers whose seq or epoch moved in the last dormantAfter
