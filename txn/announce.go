@@ -23,9 +23,10 @@ import (
 // The end of a format 3 object:
 //
 //	[Footer, Size-16)  the description: one JSON line (announcement)
-//	[Size-16, Size)    the trailer, little-endian: magic "LSFT", format
-//	                   (uint32), the description's length and its CRC32C
-//	                   (uint32 each)
+//	[Size-16, Size)    the trailer, little-endian: magic "LSFT", the
+//	                   footer's own layout version (3, whatever the
+//	                   stream's writer version), the description's length
+//	                   and its CRC32C (uint32 each)
 
 // ObjectKey is the one data object of a TGB: every rank's files, the
 // shared step-level files and the index that says where each rank's are.
@@ -148,6 +149,13 @@ func (l *Log) decodeFooter(ctx context.Context, key string, tail []byte, size in
 	t := &TGB{Producer: a.Producer, Epoch: a.Epoch, Seq: a.Seq, Batch: a.Batch, Cursor: a.Cursor, Object: &Object{
 		Key: key, Size: size, Data: a.Data, Table: a.Table, TableCRC: uint32(a.TableCRC), Footer: footer,
 	}}
+	// The table sits right before the footer: when the tail read holds it
+	// (up to about 120 ranks), check it against the description for free.
+	if start := size - int64(len(tail)); a.Table >= start && a.Table <= footer {
+		if CRC32C(tail[a.Table-start:footer-start]) != uint32(a.TableCRC) {
+			return nil, "", errors.New("the table fails the CRC32C its self-description gives")
+		}
+	}
 	if err := ValidateProducerID(t.Producer); err != nil {
 		return nil, "", err
 	}

@@ -204,6 +204,16 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 	if info.Size != t.Object.Size {
 		return []Problem{{key, fmt.Sprintf("%d bytes, the log says %d", info.Size, t.Object.Size)}}
 	}
+	if t.Object.Footer > 0 {
+		// What a committer would read of it must say what the log says.
+		got, _, err := l.readAnnouncement(ctx, t.Producer, t.Epoch, t.Seq)
+		if err == nil && (*got.Object != *t.Object || got.Batch != t.Batch || got.Cursor != t.Cursor) {
+			err = fmt.Errorf("its self-description says %+v (batch %q), the log %+v (batch %q)", *got.Object, got.Batch, *t.Object, t.Batch)
+		}
+		if err != nil {
+			return []Problem{{key, fmt.Sprintf("step %d: self-description: %v", t.Step, err)}}
+		}
+	}
 	ranks, shared, err := l.Packs(ctx, t)
 	if err != nil {
 		return []Problem{{key, err.Error()}}

@@ -58,3 +58,45 @@ func TestVerifyNamesRank(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyChecksSelfDescription: a committed object whose
+// self-description was damaged (what a committer reads to include it, and
+// what a restarted producer reads to recognise its own upload) is a
+// problem for verify, naming the object, though readers never need it.
+func TestVerifyChecksSelfDescription(t *testing.T) {
+	ctx := t.Context()
+	s := store.NewMem()
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: 1, ChunkSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txn.Batch{Name: "batch-1", Cursor: "batch-1",
+		Ranks: [][]txn.FileSource{{txn.BytesFile("a.bin", []byte("hello"))}}})
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgb, _ := st.Step(0)
+	if rep, err := txn.Verify(ctx, l, 1); err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("verify of an intact stream: %v %v", err, rep.Problems)
+	}
+	obj, err := store.ReadAll(ctx, s, tgb.Object.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(obj[tgb.Object.Footer:], []byte("batch-1"))
+	if i < 0 {
+		t.Fatalf("no batch name in the self-description: %q", obj[tgb.Object.Footer:])
+	}
+	obj[tgb.Object.Footer+int64(i)] = 'B'
+	if err := store.PutBytes(ctx, s, tgb.Object.Key, obj); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := txn.Verify(ctx, l, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 1 || rep.Problems[0].Object != tgb.Object.Key || !strings.Contains(rep.Problems[0].What, "self-description") {
+		t.Fatalf("problems %v: want one naming %s's self-description", rep.Problems, tgb.Object.Key)
+	}
+}
