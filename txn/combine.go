@@ -160,22 +160,19 @@ func (p *Producer) waitWork(leading bool) bool {
 }
 
 // lead creates the next version once the pace allows. The pace runs from
-// the start of the previous round, so probing and creating overlap it.
+// the start of the previous round, so probing and creating overlap it;
+// and the leader always leaves a gap of half to one round trip after its
+// create, or creating versions back to back it would keep every other
+// writer (a registering producer, a checkpoint, gc) one version behind
+// for good.
 func (c *committer) lead(ctx context.Context) error {
-	if wait := c.pace() - time.Since(c.roundAt); wait > 0 {
+	gap := jitter(c.rtt.or(defaultRTT)/2, 1)
+	if wait := max(c.paceD-time.Since(c.roundAt), gap-time.Since(c.seenAt)); wait > 0 {
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
 	return c.round(ctx)
-}
-
-// pace is how long after the start of a round the leader starts the next:
-// at least about a round trip, or a leader creating versions back to back
-// would keep every other writer (a registering producer, a checkpoint,
-// gc) one version behind for good.
-func (c *committer) pace() time.Duration {
-	return max(jitter(c.rtt.or(defaultRTT)/2, 1), c.paceD)
 }
 
 // adapt steers the pace towards versions of about 1.25 TGBs per other
