@@ -360,14 +360,15 @@ func TestProduceSameIDFenced(t *testing.T) {
 
 // TestProduceSlowCommitNotRejected: a batch whose commit is still in flight
 // when run scans its staging tree again is neither rejected nor committed
-// twice. Commits paced at 50ms (--strategy fixed) against a 10ms poll make
-// every commit slower than a scan, as a slow store or contention would.
+// twice. A 1ms poll makes every commit (an fsynced create, and the
+// leader's gap of half a round trip after it) slower than a scan, as a
+// slow store or contention would.
 func TestProduceSlowCommitNotRejected(t *testing.T) {
 	bin, writer := prdBins(t)
 	url, _ := mntFileURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
 	_, staging, manifest := prdStaging(t)
-	p, err := prdStart(bin, url, staging, "p", "--poll", "10ms", "--strategy", "fixed")
+	p, err := prdStart(bin, url, staging, "p", "--poll", "1ms")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ type BatchEvent struct {
 	Step     int64 // committed step; -1 when rejected
 	Bytes    int64
 	Rejected string // the reason, when rejected
-	Already  bool   // the batch was committed before, as Step, and only removed now
+	Already  bool   // the batch was committed before, as Step (-1: a step since reclaimed), and only removed now
 	// Unmoved: the rejected batch could not be moved to _rejected (a full
 	// disk); it stays staged, untouched, and is moved on a later pass.
 	Unmoved string
@@ -480,17 +480,29 @@ func (r *runner) sameAsCommitted(ctx context.Context, name string) (step int64, 
 		}
 	}
 	if tgb == nil {
-		return -1, fmt.Sprintf("batch %q was committed by producer %s before, as a step gc has since reclaimed, so its content cannot be compared: batch names must not be reused; rename it to sort after %q to commit it", name, r.ProducerID, r.cursor), nil
+		// Others may have committed it while this producer was down, and gc
+		// reclaimed the step since: its object describes itself until gc
+		// deletes it after the grace period.
+		if tgb, err = r.Log.ReclaimedBatch(ctx, st, r.ProducerID, name); err != nil {
+			return -1, "", err
+		}
+	}
+	if tgb == nil {
+		return -1, fmt.Sprintf("batch %q was committed by producer %s before, as a step gc has since reclaimed and deleted, so its content cannot be compared: batch names must not be reused; rename it to sort after %q to commit it", name, r.ProducerID, r.cursor), nil
+	}
+	as := fmt.Sprintf("as step %d", tgb.Step)
+	if tgb.Step < 0 {
+		as = "as a step since reclaimed"
 	}
 	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
 	if errors.Is(err, ErrInvalid) {
-		return -1, fmt.Sprintf("batch %q was already committed as step %d, and the staged batch differs: %v", name, tgb.Step, err), nil
+		return -1, fmt.Sprintf("batch %q was already committed %s, and the staged batch differs: %v", name, as, err), nil
 	}
 	if err != nil {
 		return -1, "", err
 	}
 	differs := func(what string) string {
-		return fmt.Sprintf("batch %q was already committed as step %d with other content (%s): a writer reused a committed batch name; rename it to sort after %q to commit it", name, tgb.Step, what, r.cursor)
+		return fmt.Sprintf("batch %q was already committed %s with other content (%s): a writer reused a committed batch name; rename it to sort after %q to commit it", name, as, what, r.cursor)
 	}
 	for rank := -1; rank < len(b.Ranks); rank++ {
 		files, label := b.Shared, "step-level files"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -831,5 +832,62 @@ func TestBatchMovedAwayWhileRead(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, stage.Sealed)); err != nil {
 		t.Fatalf("the moved batch: %v", err)
+	}
+}
+
+// TestReclaimedBatchRecognised: a batch committed (by this producer or by
+// another that included it) and reclaimed by gc while its producer was
+// down, before its staging directory was removed, is recognised by
+// content from its object's self-description while gc keeps the object
+// (the grace period), and removed, not rejected; one reusing the name
+// with other content is still rejected, and so is one whose object gc
+// has deleted (its content cannot be compared any more).
+func TestReclaimedBatchRecognised(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t)
+	var err error
+	if e.store, err = store.NewFile(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if e.log, err = txn.Create(ctx, e.store, txn.CreateOptions{Ranks: 2, RetainCheckpoints: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"b001", "b002", "b003", "b004"} {
+		batch(t, e.staging, n)
+	}
+	e.run(t, "p")
+	// Killed before removing: b002, b003 and b004 are staged again; b004
+	// with other bytes.
+	batch(t, e.staging, "b002")
+	batch(t, e.staging, "b003")
+	batch(t, e.staging, "b004")
+	write(t, filepath.Join(e.staging, "b004"), map[string]string{"rank-1/a.bin": "b004/1/X"})
+	if _, err := txn.RecordCheckpoint(ctx, e.log, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	gc := func(grace time.Duration) {
+		if _, err := txn.GC(ctx, e.log, txn.GCOptions{Grace: grace, Now: time.Now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gc(time.Hour) // reclaims steps 0-3, keeps their objects an hour
+	if st, _ := e.log.Load(ctx); st.LiveFrom != 4 {
+		t.Fatalf("live from %d after gc; want every step reclaimed", st.LiveFrom)
+	}
+	rejected := e.run(t, "p")
+	if len(rejected) != 1 || !strings.Contains(rejected["b004"], "as a step since reclaimed with other content") {
+		t.Fatalf("rejected %v; want only b004, for its other content", rejected)
+	}
+	for _, n := range []string{"b002", "b003"} {
+		if _, err := os.Stat(filepath.Join(e.staging, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s, committed and reclaimed, is still staged (%v)", n, err)
+		}
+	}
+	// Once gc deleted the objects, a leftover cannot be compared.
+	batch(t, e.staging, "b003")
+	gc(0)
+	rejected = e.run(t, "p")
+	if !strings.Contains(rejected["b003"], "reclaimed and deleted") {
+		t.Fatalf("rejected %v; want b003 rejected as not comparable", rejected)
 	}
 }

@@ -164,3 +164,45 @@ func (l *Log) decodeFooter(ctx context.Context, key string, tail []byte, size in
 	}
 	return t, a.Nonce, nil
 }
+
+// maxReclaimedReads bounds the objects ReclaimedBatch reads.
+const maxReclaimedReads = 64
+
+// ReclaimedBatch finds the TGB that producer committed for batch among
+// the reclaimed steps whose objects gc has not deleted yet (the state's
+// pending deletes), newest first, through their self-descriptions: a
+// restarted producer can then still compare a leftover staging batch with
+// what was committed, when others committed it and gc reclaimed the step
+// while it was down. Its Step is -1 (reclaimed steps have no number in
+// the state). nil when none is found in the newest maxReclaimedReads
+// objects, or the stream is format 2 (objects without a description).
+func (l *Log) ReclaimedBatch(ctx context.Context, st *State, producer, batch string) (*TGB, error) {
+	if !l.Config.combining() {
+		return nil, nil
+	}
+	reads := 0
+	for i := len(st.Pending) - 1; i >= 0; i-- {
+		keys := st.Pending[i].Keys
+		for j := len(keys) - 1; j >= 0; j-- {
+			p, epoch, seq, ok := ParseDataKey(keys[j])
+			if !ok || p != producer {
+				continue
+			}
+			if reads++; reads > maxReclaimedReads {
+				return nil, nil
+			}
+			t, _, err := l.readAnnouncement(ctx, p, epoch, seq)
+			if errors.Is(err, ErrNotAnnounced) || errors.Is(err, ErrCorrupt) {
+				continue // deleted since, or not ours to judge
+			}
+			if err != nil {
+				return nil, err
+			}
+			if t.Batch == batch {
+				t.Step = -1
+				return t, nil
+			}
+		}
+	}
+	return nil, nil
+}

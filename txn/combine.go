@@ -72,7 +72,8 @@ type committer struct {
 	maxGroup int
 	logger   *slog.Logger
 
-	leading  bool
+	leading  bool   // created the newest version it knows and keeps creating
+	created  uint64 // the last version this committer created
 	rtt      ewma          // store round trip (creates and version reads)
 	interval ewma          // between versions, by their records' times
 	paceD    time.Duration // the leader's pace (see adapt)
@@ -130,7 +131,10 @@ func (c *committer) run(ctx context.Context) {
 		switch {
 		case c.solo:
 			err = c.commitSolo(ctx)
-		case c.leading:
+		case c.leading || c.created == c.st.Version:
+			// The writer of the newest version is the preferred committer
+			// of the next, also after it went idle: nobody else waits for
+			// it, and a lone producer never waits on itself.
 			err = c.lead(ctx)
 		default:
 			err = c.follow(ctx)
@@ -193,7 +197,10 @@ func (c *committer) adapt(tgbs int) {
 // follow waits for the version it expects and reads it, or helps.
 func (c *committer) follow(ctx context.Context) error {
 	rtt := max(c.rtt.or(defaultRTT), time.Millisecond)
-	iv := max(c.interval.or(rtt), rtt)
+	// A busy leader's versions come at most a pace (8 round trips or
+	// maxPace) plus a probe and a create apart; a longer interval seen
+	// came from idle time, and waiting it out would slow the log down.
+	iv := min(max(c.interval.or(rtt), rtt), min(8*rtt, maxPace)+2*rtt)
 	// A little late rather than early: an early read is a miss (a GET
 	// for nothing) and a late one only delays what this producer learns,
 	// not when its TGBs are visible.
@@ -330,7 +337,7 @@ func (c *committer) round(ctx context.Context) error {
 		return nil
 	}
 	c.rtt.add(now.Sub(start), 0.2)
-	c.leading = true
+	c.leading, c.created = true, v.Version
 	c.adapt(len(v.TGBs))
 	c.saw(now, v)
 	c.l.maybeSnapshot(ctx, c.st, c.logger)

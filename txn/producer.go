@@ -188,6 +188,7 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	p.cond = sync.NewCond(&p.mu)
 	p.logger.Info("producer registered", "seq", ps.Seq, "cursor", ps.Cursor, "version", st.Version)
 	c := newCommitter(p, st, opts.Solo)
+	c.created = v.Version // its register: the newest version it knows is its own
 	// A first guess of the store's round trip, so that a new follower
 	// gives a leader its time before it helps: a load is about three
 	// (hint, snapshot, the version after it). Registering may have waited

@@ -383,6 +383,8 @@ func (s *onceSummary) batch(e stage.BatchEvent) {
 	case e.Rejected != "":
 		s.rejected++
 		fmt.Fprintf(s.out, "%s rejected: %s\n", e.Name, e.Rejected)
+	case e.Already && e.Step < 0:
+		fmt.Fprintf(s.out, "%s -> committed before, as a step since reclaimed (removed from staging)\n", e.Name)
 	case e.Already:
 		fmt.Fprintf(s.out, "%s -> step %d (committed before; removed from staging)\n", e.Name, e.Step)
 	default:
