@@ -72,8 +72,8 @@ type committer struct {
 	maxGroup int
 	logger   *slog.Logger
 
-	leading  bool   // created the newest version it knows and keeps creating
-	created  uint64 // the last version this committer created
+	leading  bool          // created the newest version it knows and keeps creating
+	created  uint64        // the last version this committer created
 	rtt      ewma          // store round trip (creates and version reads)
 	interval ewma          // between versions, by their records' times
 	paceD    time.Duration // the leader's pace (see adapt)
