@@ -122,7 +122,7 @@ func (o *IngestOptions) defaults() error {
 		o.Drain = o.Duration
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: map[bool]slog.Level{true: slog.LevelDebug, false: slog.LevelWarn}[os.Getenv("BENCH_DEBUG") != ""]}))
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	switch {
 	case o.StoreURL == "" && o.NewStore == nil:
