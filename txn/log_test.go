@@ -100,26 +100,13 @@ func checkTGBBytes(t *testing.T, l *txn.Log, tgb *txn.TGB) {
 // exactly-once, contiguity and order guarantees and every pack's bytes.
 func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
 	t.Helper()
-	ctx := t.Context()
-	l, err := txn.Open(ctx, s)
+	st := loadClean(t, s)
+	l, err := txn.Open(t.Context(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]uint64{} // producer -> last seq seen, in step order
-	var total uint64
-	for i, tgb := range st.Steps {
-		if tgb.Step != st.LiveFrom+int64(i) {
-			t.Fatalf("step %d at index %d", tgb.Step, i)
-		}
-		if tgb.Seq != seen[tgb.Producer]+1 {
-			t.Fatalf("step %d: producer %s seq %d after seq %d: lost, duplicated or reordered", tgb.Step, tgb.Producer, tgb.Seq, seen[tgb.Producer])
-		}
-		seen[tgb.Producer] = tgb.Seq
-		total++
+	seen := checkSteps(t, st)
+	for _, tgb := range st.Steps {
 		checkTGBBytes(t, l, tgb)
 	}
 	for p, n := range want {
@@ -131,6 +118,38 @@ func checkLog(t *testing.T, s store.Store, want map[string]uint64) *txn.State {
 		}
 	}
 	return st
+}
+
+// loadClean loads the newest state through a fresh Open of s.
+func loadClean(t *testing.T, s store.Store) *txn.State {
+	t.Helper()
+	l, err := txn.Open(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// checkSteps checks that the live steps are contiguous and that each
+// producer's TGBs follow each other by seq (none lost, duplicated or
+// reordered), and returns each producer's last seq.
+func checkSteps(t *testing.T, st *txn.State) map[string]uint64 {
+	t.Helper()
+	seen := map[string]uint64{}
+	for i, tgb := range st.Steps {
+		if tgb.Step != st.LiveFrom+int64(i) {
+			t.Fatalf("step %d at index %d", tgb.Step, i)
+		}
+		if tgb.Seq != seen[tgb.Producer]+1 {
+			t.Fatalf("step %d: producer %s seq %d after seq %d: lost, duplicated or reordered", tgb.Step, tgb.Producer, tgb.Seq, seen[tgb.Producer])
+		}
+		seen[tgb.Producer] = tgb.Seq
+	}
+	return seen
 }
 
 func checkPack(t *testing.T, l *txn.Log, p *txn.Pack, files [][]byte) {
