@@ -269,3 +269,24 @@ func TestIngestS3(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 }
+
+// BenchmarkIngestS3Profile runs one 10 s dac row of 16 producers x 1 MiB
+// TGBs on versitygw, for profiles of the commit path:
+//
+//	go test -run x -bench IngestS3Profile -benchtime 1x -cpuprofile cpu.out \
+//	    -blockprofile block.out -mutexprofile mutex.out ./internal/bench/
+func BenchmarkIngestS3Profile(b *testing.B) {
+	srv := s3test.Start(b)
+	base := srv.NewBucketURL(b)
+	for b.Loop() {
+		var out bytes.Buffer
+		err := Ingest(b.Context(), IngestOptions{
+			StoreURL: base, Producers: []int{16}, Payloads: []int64{1 << 20}, Ranks: 4, Duration: 10 * time.Second,
+			Strategies: []string{"dac"}, JSON: true, Logger: quiet,
+		}, &out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s", out.String())
+	}
+}
