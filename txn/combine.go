@@ -79,13 +79,14 @@ type committer struct {
 	paceD    time.Duration // the leader's pace (see adapt)
 	// When st's newest version was created or read here, and that
 	// version's number, record time and next step.
-	seenAt   time.Time
-	seenVer  uint64
-	seenTime time.Time
-	startVer uint64    // the version the committer started at
-	attempts int       // creates since this committer's last version
-	roundAt  time.Time // when this committer's last round began
-	errs     *backoff  // between failed version reads; nil after a success
+	seenAt    time.Time
+	seenVer   uint64
+	seenTime  time.Time
+	startVer  uint64    // the version the committer started at
+	attempts  int       // creates since this committer's last version
+	roundAt   time.Time // when this committer's last round began
+	lostHelps int       // races lost by helping since this committer last created a version
+	errs      *backoff  // between failed version reads; nil after a success
 
 	depth  map[string]depth    // tail reads per producer per round
 	active map[string]activity // what a producer's state was, and since when
@@ -205,7 +206,12 @@ func (c *committer) follow(ctx context.Context) error {
 	// for nothing) and a late one only delays what this producer learns,
 	// not when its TGBs are visible.
 	expect := c.seenAt.Add(iv + iv/5)
-	deadline := expect.Add(iv/2 + jitter(2*rtt, 1))
+	// Help only past a margin a slow create (an fsync stuck behind a
+	// journal commit, a busy server) or a descheduled leader rarely
+	// exceeds, doubled after each race this committer lost by helping: a
+	// lost race costs a probe of every producer and a create for nothing.
+	margin := (iv + jitter(max(2*rtt, 10*time.Millisecond), 1)) << min(c.lostHelps, 3)
+	deadline := expect.Add(margin)
 	if c.starved() {
 		c.logger.Debug("versions leave this producer's TGB out; committing it", "version", c.st.Version+1)
 		return c.round(ctx)
@@ -243,7 +249,7 @@ func (c *committer) starved() bool {
 	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue) > 0 && p.queue[0].missed >= 2
+	return len(p.queue) > 0 && p.queue[0].missed >= 3
 }
 
 // missed counts a version, built at built (its record's time, the
@@ -332,15 +338,20 @@ func (c *committer) round(ctx context.Context) error {
 	now := time.Now()
 	c.logger.Debug("version built", "version", v.Version, "tgbs", len(v.TGBs), "created", out == committed, "create", now.Sub(start), "pace", c.paceD, "probed", c.probed)
 	if out == lostRace {
+		if !c.leading {
+			c.lostHelps++
+		}
 		c.leading = false
 		c.saw(now, nil)
 		return nil
 	}
 	c.rtt.add(now.Sub(start), 0.2)
-	c.leading, c.created = true, v.Version
+	c.leading, c.created, c.lostHelps = true, v.Version, 0
 	c.adapt(len(v.TGBs))
-	c.saw(now, v)
+	// The snapshot before the TGBs complete: a producer closed as soon as
+	// its last TGB completes stops this goroutine.
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
+	c.saw(now, v)
 	return nil
 }
 
@@ -361,8 +372,8 @@ func (c *committer) commitSolo(ctx context.Context) error {
 		c.saw(time.Now(), nil)
 		return newBackoff().waitShort(ctx)
 	}
-	c.saw(time.Now(), v)
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
+	c.saw(time.Now(), v)
 	return nil
 }
 
