@@ -202,10 +202,11 @@ func (c *committer) follow(ctx context.Context) error {
 	// maxPace) plus a probe and a create apart; a longer interval seen
 	// came from idle time, and waiting it out would slow the log down.
 	iv := min(max(c.interval.or(rtt), rtt), min(8*rtt, maxPace)+2*rtt)
-	// A little late rather than early: an early read is a miss (a GET
-	// for nothing) and a late one only delays what this producer learns,
-	// not when its TGBs are visible.
-	expect := c.seenAt.Add(iv + iv/5)
+	// Late rather than early: an early read is a miss (a GET for nothing),
+	// and versions come irregularly (an fsync, a busy server), while a late
+	// one only delays what this producer learns, not when its TGBs are
+	// visible; catching up costs a GET per version and one miss.
+	expect := c.seenAt.Add(iv + iv/2)
 	// Help only past a margin a slow create (an fsync stuck behind a
 	// journal commit, a busy server) or a descheduled leader rarely
 	// exceeds, doubled after each race this committer lost by helping: a
@@ -232,7 +233,7 @@ func (c *committer) follow(ctx context.Context) error {
 			c.logger.Debug("the expected version did not come; committing it", "version", c.st.Version+1, "interval", iv)
 			return c.round(ctx)
 		}
-		gap := max(iv/3, rtt/2)
+		gap := max(iv/2, rtt/2)
 		if c.errs != nil {
 			gap = c.errs.next // the store is failing: poll no faster than the backoff
 		}
