@@ -707,8 +707,10 @@ func TestFullStagingDiskNoInodeFirstStart(t *testing.T) {
 func TestFullStagingDisk(t *testing.T) {
 	e := newEnv(t)
 	e.staging = tmpfs(t, "size=1m,nr_inodes=64")
+	// The invalid batch sorts first: it is rejected before any commit,
+	// whose cleanup frees inodes, so its rejection cannot move it.
 	batch(t, e.staging, "b1")
-	write(t, filepath.Join(e.staging, "b2"), map[string]string{"rank-0/a": "only rank 0", stage.Sealed: ""})
+	write(t, filepath.Join(e.staging, "a2"), map[string]string{"rank-0/a": "only rank 0", stage.Sealed: ""})
 	batch(t, e.staging, "b3")
 	write(t, e.staging, map[string]string{stage.LockFile: ""}) // left by an earlier run
 	fill(t, e.staging, true)
@@ -732,13 +734,13 @@ func TestFullStagingDisk(t *testing.T) {
 	if steps := e.steps(t); len(steps) != 2 || steps["b1"] != 0 || steps["b3"] != 1 {
 		t.Fatalf("steps %v, want b1 and b3", steps)
 	}
-	if fmt.Sprint(unmoved) != "[b2]" {
-		t.Fatalf("reported unmoved %v, want [b2]", unmoved)
+	if fmt.Sprint(unmoved) != "[a2]" {
+		t.Fatalf("reported unmoved %v, want [a2]", unmoved)
 	}
-	if b, err := os.ReadFile(filepath.Join(e.staging, "b2", "rank-0", "a")); string(b) != "only rank 0" {
+	if b, err := os.ReadFile(filepath.Join(e.staging, "a2", "rank-0", "a")); string(b) != "only rank 0" {
 		t.Fatalf("the unmovable batch was touched: %q %v", b, err)
 	}
-	if _, err := os.Lstat(filepath.Join(e.staging, "b2", stage.Reason)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(e.staging, "a2", stage.Reason)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a partial %s was left in the staged batch: %v", stage.Reason, err)
 	}
 
@@ -749,12 +751,12 @@ func TestFullStagingDisk(t *testing.T) {
 		}
 	}
 	rejected := e.run(t, "p")
-	if !strings.Contains(rejected["b2"], "missing rank directory rank-1") {
-		t.Fatalf("b2 once space is free: %q, want its own reason, not the cursor's", rejected["b2"])
+	if !strings.Contains(rejected["a2"], "missing rank directory rank-1") {
+		t.Fatalf("a2 once space is free: %q, want its own reason, not the cursor's", rejected["a2"])
 	}
-	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "b2", stage.Reason))
+	b, err := os.ReadFile(filepath.Join(e.staging, stage.RejectedDir, "a2", stage.Reason))
 	if err != nil || !strings.Contains(string(b), "missing rank directory") {
-		t.Fatalf("b2's %s: %q %v", stage.Reason, b, err)
+		t.Fatalf("a2's %s: %q %v", stage.Reason, b, err)
 	}
 }
 
