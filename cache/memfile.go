@@ -25,8 +25,8 @@ import (
 	"github.com/lakestream/lakestream/txn"
 )
 
-// ErrNoRoom: a file does not fit in the memfd budget now (every byte of it
-// is held by open or unread files); the caller serves it from blocks.
+// ErrNoRoom: a file does not fit in the memfd budget now (it is held by
+// open and unread files); the caller serves it from blocks.
 var ErrNoRoom = errors.New("no room in the memfd budget")
 
 // FilesOptions configure the memfd files of a Cache.

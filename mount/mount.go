@@ -405,9 +405,23 @@ func (m *mounted) startPassthrough(server *fuse.Server) error {
 		return nil
 	}
 	files := m.cache.UseFiles(cache.FilesOptions{Budget: m.opts.CacheSize / 4, MinSize: PassthroughMinSize})
-	m.root.SetPassthrough(files)
+	m.root.SetPassthrough(memFiles{files})
 	m.log.Info("passthrough", "mode", mode, "active", true, "memfd_budget", m.opts.CacheSize/4, "min_file", PassthroughMinSize)
 	return nil
+}
+
+// memFiles is the cache's memfd files as the view's Passthrough.
+type memFiles struct{ *cache.Files }
+
+func (m memFiles) Open(ctx context.Context, p *txn.Pack, f *txn.File) (fs.MemFile, error) {
+	h, err := m.Files.Open(ctx, p, f)
+	if errors.Is(err, cache.ErrNoRoom) {
+		return nil, fmt.Errorf("%w: %w", fs.ErrNoRoom, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // PassthroughMinSize: smaller files are served from blocks. A memfd costs
