@@ -34,6 +34,8 @@ type FilesOptions struct {
 	// Budget bounds the bytes held in memfds: files open, prefetched and
 	// not read yet, and recently read ones.
 	Budget int64
+	// Backing makes the files (default: memfds).
+	Backing *Backing
 	// MinSize and MaxSize bound the files that go to memfds; others are
 	// served from blocks (Eligible). MaxSize is at most Budget/8, so one
 	// file never holds most of the budget.
@@ -58,6 +60,7 @@ type Files struct {
 	idleCap  int64
 	room     *semaphore.Weighted // bytes of memfds held
 	pieces   chan []byte         // reusable stream buffers
+	backing  *Backing
 
 	mu        sync.Mutex
 	files     map[fileKey]*memFile // GUARDED_BY(mu)
@@ -104,7 +107,11 @@ func (c *Cache) UseFiles(o FilesOptions) *Files {
 		idleCap: o.Budget / 8,
 		room:    semaphore.NewWeighted(o.Budget),
 		files:   map[fileKey]*memFile{}, idle: list.New(),
-		pieces: make(chan []byte, 2*DefaultFetchers),
+		pieces:  make(chan []byte, 2*DefaultFetchers),
+		backing: o.Backing,
+	}
+	if f.backing == nil {
+		f.backing = MemfdBacking()
 	}
 	c.files.Store(f)
 	return f
@@ -408,9 +415,9 @@ func (f *Files) putPiece(b []byte) {
 // mf.crc and seals the memfd. On a mismatch the stream has still been
 // read to the file's end and the error is ErrChecksum.
 func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
-	fd, err = unix.MemfdCreate("lakefs:"+mf.name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, err = f.backing.create(mf.name, mf.size)
 	if err != nil {
-		return -1, fmt.Errorf("memfd_create: %w", err)
+		return -1, err
 	}
 	defer func() {
 		if err != nil {
@@ -434,8 +441,11 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		// mapping zeroes every page: half the CPU of a fill, measured).
 		for w := 0; w < n; {
 			k, err := unix.Pwrite(fd, piece[w:], o+int64(w))
+			if errors.Is(err, unix.ENOSPC) {
+				return -1, fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)
+			}
 			if err != nil {
-				return -1, fmt.Errorf("writing a memfd: %w", err)
+				return -1, fmt.Errorf("writing a %s file: %w", f.backing.kind, err)
 			}
 			w += k
 		}
@@ -449,11 +459,9 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		return -1, fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
 			ErrChecksum, mf.name, mf.key.obj, mf.key.off, mf.key.off+mf.size-1, mf.crc)
 	}
-	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		return -1, fmt.Errorf("sealing a memfd: %w", err)
-	}
-	return fd, nil
+	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
+	fd = -1
+	return ro, err
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
