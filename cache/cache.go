@@ -12,10 +12,12 @@
 //   - Every block handed to a reader matched its chunk's CRC32C. A
 //     mismatch is refetched once; a second mismatch is ErrChecksum, a log
 //     line and a count in Stats.VerifyFailures. Failures are never cached.
+//
 //   - At most one GET per block is in flight: readers of a block that is
 //     being fetched wait for that fetch (an entry in Cache.calls). A fetch
 //     is cancelled only when every waiter (readers and the prefetch job)
 //     has gone.
+//
 //   - Memory: a block lives in one of three places, each bounded, and
 //     their bounds sum to 11/16 of Options.Size:
 //     1. the ristretto cache (cost = bytes, 1/16 of Size), for blocks
@@ -29,6 +31,7 @@
 //     block that was never read when the cache is full of blocks read
 //     once, which is exactly the streaming case: prefetched blocks must
 //     not depend on admission.
+//
 //   - Block buffers are reused (a free list), because touching fresh
 //     memory costs more than the rest of the read path on the VMs this
 //     was measured on. Buffers are only allocated when none is free, so
@@ -283,6 +286,7 @@ func (c *Cache) putBuf(b []byte) {
 // entry is one block being fetched, or fetched and staged.
 type entry struct {
 	key  blockKey
+	pack *txn.Pack     // the pack (region) the block belongs to
 	done chan struct{} // closed once blk or err is set
 	blk  *block        // after done, when err == nil
 	err  error
@@ -477,7 +481,7 @@ func (c *Cache) block(ctx context.Context, p *txn.Pack, i int) (*block, error) {
 			e.refs++
 			c.hits.Add(1)
 		default:
-			e = c.startLocked(p, i, 1, false, false)[0]
+			e = c.startLocked([]blockRef{{p, i}}, false, false)[0]
 			c.misses.Add(1)
 		}
 		c.mu.Unlock()
@@ -500,21 +504,30 @@ func (c *Cache) block(ctx context.Context, p *txn.Pack, i int) (*block, error) {
 	}
 }
 
-// startLocked registers a fetch of blocks first..first+n-1 of p, one
-// waiter each (the reader, or the prefetch job), and starts it. prefetch
-// says the waiter is a prefetch job: each entry then holds its block's
-// bytes of prefetch memory (entry.weight, released by releaseLocked); slot
-// says whether the caller holds a prefetch GET slot that the fetch
-// releases.
-func (c *Cache) startLocked(p *txn.Pack, first, n int, prefetch bool, slot bool) []*entry {
+// blockRef is block i of pack pk.
+type blockRef struct {
+	pk *txn.Pack
+	i  int
+}
+
+func (b blockRef) key() blockKey { return blockKey{b.pk.Key, b.pk.Off, b.i} }
+
+// startLocked registers a fetch of the blocks bs, consecutive in their
+// object (blocks of one pack, or running on into the next region of the
+// same object), one waiter each (the reader, or the prefetch job), and
+// starts it. prefetch says the waiter is a prefetch job: each entry then
+// holds its block's bytes of prefetch memory (entry.weight, released by
+// releaseLocked); slot says whether the caller holds a prefetch GET slot
+// that the fetch releases.
+func (c *Cache) startLocked(bs []blockRef, prefetch bool, slot bool) []*entry {
 	fctx, cancel := context.WithCancel(c.life)
-	run := &fetchRun{cancel: cancel, live: n}
-	es := make([]*entry, n)
-	for k := range es {
-		key := blockKey{p.Key, p.Off, first + k}
-		e := &entry{key: key, done: make(chan struct{}), refs: 1, run: run, prefetch: prefetch}
+	run := &fetchRun{cancel: cancel, live: len(bs)}
+	es := make([]*entry, len(bs))
+	for k, b := range bs {
+		key := b.key()
+		e := &entry{key: key, pack: b.pk, done: make(chan struct{}), refs: 1, run: run, prefetch: prefetch}
 		if prefetch {
-			e.weight = c.blockLen(p, first+k)
+			e.weight = c.blockLen(b.pk, b.i)
 		}
 		c.calls[key] = e
 		es[k] = e
@@ -524,7 +537,7 @@ func (c *Cache) startLocked(p *txn.Pack, first, n int, prefetch bool, slot bool)
 	c.fetches.Add(1)
 	go func() {
 		defer c.fetches.Done()
-		c.fetch(fctx, p, es, slot)
+		c.fetch(fctx, es, slot)
 	}()
 	return es
 }
@@ -557,8 +570,9 @@ func (c *Cache) releaseLocked(e *entry) {
 	}
 }
 
-// fetchRun is one GET for consecutive blocks of a pack (one block for a
-// read, up to Options.MaxRun for a prefetch). Its context is cancelled
+// fetchRun is one GET for consecutive blocks of an object (one block for
+// a read; for a prefetch up to Options.MaxRun blocks' bytes, of one pack or
+// of adjacent ranks' packs). Its context is cancelled
 // when none of its blocks has a waiter any more.
 type fetchRun struct {
 	cancel context.CancelFunc
@@ -569,17 +583,16 @@ type fetchRun struct {
 // response streams straight into reused block buffers, each verified as
 // it fills: every byte is written to memory once, with no copy. A stream
 // that breaks mid-run leaves the rest to one GET per block, with retries.
-func (c *Cache) fetch(ctx context.Context, p *txn.Pack, es []*entry, slot bool) {
-	first := es[0].key.i
-	off := int64(first) * c.chunk
+func (c *Cache) fetch(ctx context.Context, es []*entry, slot bool) {
+	off := int64(es[0].key.i) * c.chunk
 	var total int64
 	for _, e := range es {
-		total += c.blockLen(p, e.key.i)
+		total += c.blockLen(e.pack, e.key.i)
 	}
 	start := time.Now()
-	rc, err := c.openRange(ctx, p, off, total)
+	rc, err := c.openRange(ctx, es[0].pack, off, total)
 	for _, e := range es {
-		i := e.key.i
+		p, i := e.pack, e.key.i
 		if err != nil {
 			c.complete(e, nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err))
 			continue

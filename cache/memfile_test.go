@@ -219,3 +219,41 @@ func TestPrefetchFilesOneGetPerRun(t *testing.T) {
 		t.Errorf("%d GETs to prefetch 3 files (2 runs) and one shared block, want at most 3", gets)
 	}
 }
+
+// TestPrefetchAdjacentRanksOneGet: a node reading 8 adjacent ranks of
+// small files fetches a step's 8 regions (adjacent in the TGB object) with
+// one GET, and serves every byte from it.
+func TestPrefetchAdjacentRanksOneGet(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	const ranks, region = 8, 1000
+	obj, data := putPack(t, s, "data/p/1/0/tgb.pack", ranks*region, 7)
+	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{0: {}}}
+	for r := range ranks {
+		b := data[r*region : (r+1)*region]
+		pk := &txn.Pack{Key: obj.Key, Off: int64(r * region), Size: region, Chunks: []uint32{txn.CRC32C(b)},
+			Files: []txn.File{{Name: "f", Size: region, CRC: txn.CRC32C(b)}}}
+		if r == 0 {
+			st.packs[0] = pk
+		} else {
+			st.extra[0][r] = pk
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	for r := range ranks {
+		p.Touch(0, r)
+	}
+	waitUntil(t, func() bool { return c.Stats().BytesFetched == ranks*region })
+	for r := range ranks {
+		pk, _ := st.pack(ctx, 0, r)
+		buf := make([]byte, region)
+		if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, data[r*region:(r+1)*region]) {
+			t.Fatalf("rank %d: %v or wrong bytes", r, err)
+		}
+	}
+	if g := s.gets.Load(); g != 1 {
+		t.Errorf("%d GETs for 8 adjacent ranks' regions of one step, want 1", g)
+	}
+}

@@ -76,9 +76,12 @@ type job struct {
 	packs  []*txn.Pack // GUARDED_BY(Prefetcher.mu): packs[i] of ranks[i], once resolved
 	ctx    context.Context
 	cancel context.CancelFunc
-	pi, bi int    // GUARDED_BY(Prefetcher.mu): next rank and block to issue
-	fi     int    // GUARDED_BY(Prefetcher.mu): next file to issue (memfds)
-	need   []bool // GUARDED_BY(Prefetcher.mu): blocks of the current pack the block path serves; nil: all
+	// GUARDED_BY(Prefetcher.mu): the first pack not done, and per pack
+	// the next file (memfds) and block to issue, and the blocks the block
+	// path serves (nil: all).
+	pi     int
+	fi, bi []int
+	need   [][]bool
 
 	entries []*entry // GUARDED_BY(Cache.mu): blocks this job started
 	dropped bool     // GUARDED_BY(Cache.mu)
@@ -238,21 +241,24 @@ func (p *Prefetcher) dropAll() {
 	}
 }
 
-// work is one prefetch GET for job j: blocks first..first+n-1 of pk, or
-// (files set) a run of pk's files into memfds.
+// work is one prefetch GET for job j: blocks (of one pack, or running on
+// into adjacent ranks' packs of the same object), or (files set) a run of
+// pk's files into memfds.
 type work struct {
-	j        *job
-	pk       *txn.Pack
-	first, n int
-	files    []*txn.File
-	bytes    int64
+	j      *job
+	blocks []blockRef
+	pk     *txn.Pack
+	files  []*txn.File
+	bytes  int64
 }
 
 // next returns the next GET to issue, from the lowest step's first pack
 // not done: its memfd files first (when the cache has them), then the
-// blocks the block path still serves, up to maxRun blocks a GET. A rank
-// whose pack is not known yet is resolved here, outside the lock (it may
-// fetch the step's index); a rank that fails to resolve is skipped.
+// blocks the block path serves, up to maxRun blocks' bytes a GET, running
+// on into the next ranks' packs where they follow in the same object (a
+// node reading adjacent ranks of small files fetches them in one GET). A
+// job's packs are resolved first, outside the lock (it may fetch the
+// step's index); a rank that fails to resolve is skipped.
 func (p *Prefetcher) next() (work, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -260,8 +266,8 @@ func (p *Prefetcher) next() (work, bool) {
 	for {
 		var best *job
 		for _, j := range p.jobs {
-			for j.pi < len(j.ranks) && j.pi < len(j.packs) && j.packDone(files) {
-				j.pi, j.fi, j.bi, j.need = j.pi+1, 0, 0, nil
+			for j.pi < len(j.packs) && j.packDone(j.pi, files) {
+				j.pi++
 			}
 			if j.pi < len(j.ranks) && (best == nil || j.step < best.step) {
 				best = j
@@ -270,49 +276,85 @@ func (p *Prefetcher) next() (work, bool) {
 		if best == nil {
 			return work{}, false
 		}
-		if best.pi == len(best.packs) {
-			step, rank := best.step, best.ranks[best.pi]
+		if len(best.packs) < len(best.ranks) {
+			step, rank := best.step, best.ranks[len(best.packs)]
 			p.mu.Unlock()
 			pk, err := p.pack(best.ctx, step, rank)
 			p.mu.Lock()
 			if err != nil && best.ctx.Err() == nil {
 				p.log.Debug("prefetch: no pack", "step", step, "rank", rank, "err", err)
 			}
-			if best.pi == len(best.packs) {
-				best.packs = append(best.packs, pk) // nil: skipped
-			}
+			best.addPack(pk) // nil: skipped; only this goroutine adds packs
 			continue
 		}
 		pk := best.packs[best.pi]
-		if files != nil && best.fi < len(pk.Files) {
-			run, bytes, next := files.nextRun(pk, best.fi)
-			best.fi = next
+		if files != nil && best.fi[best.pi] < len(pk.Files) {
+			run, bytes, next := files.nextRun(pk, best.fi[best.pi])
+			best.fi[best.pi] = next
 			if len(run) > 0 {
 				return work{j: best, pk: pk, files: run, bytes: bytes}, true
 			}
 			continue
 		}
-		if files != nil && best.need == nil {
-			best.need = blocksNeeded(pk, files, p.c.chunk)
-		}
-		for best.need != nil && best.bi < len(pk.Chunks) && !best.need[best.bi] {
-			best.bi++
-		}
-		i, n := best.bi, 0
-		for n < p.c.maxRun && i+n < len(pk.Chunks) && (best.need == nil || best.need[i+n]) {
-			n++
-		}
-		best.bi += n
-		if n > 0 {
-			return work{j: best, pk: pk, first: i, n: n}, true
+		if run := best.blockRun(files, p.c); len(run) > 0 {
+			return work{j: best, blocks: run}, true
 		}
 	}
 }
 
-// packDone reports whether the job issued everything of its current pack.
-func (j *job) packDone(files *Files) bool {
-	pk := j.packs[j.pi]
-	return pk == nil || (files == nil || j.fi >= len(pk.Files)) && j.bi >= len(pk.Chunks)
+func (j *job) addPack(pk *txn.Pack) {
+	j.packs = append(j.packs, pk)
+	j.fi = append(j.fi, 0)
+	j.bi = append(j.bi, 0)
+	j.need = append(j.need, nil)
+}
+
+// packDone reports whether the job issued everything of pack q.
+func (j *job) packDone(q int, files *Files) bool {
+	pk := j.packs[q]
+	return pk == nil || (files == nil || j.fi[q] >= len(pk.Files)) && j.bi[q] >= len(pk.Chunks)
+}
+
+// blockRun takes the next run of blocks the block path serves from the
+// job's first pack not done on: consecutive blocks up to maxRun blocks'
+// bytes, going on into the next pack when it starts where this one ends
+// in the same object. A block the block path does not serve (its bytes go
+// to a memfd) ends the run.
+func (j *job) blockRun(files *Files, c *Cache) []blockRef {
+	limit := int64(c.maxRun) * c.chunk
+	var run []blockRef
+	var bytes int64
+	for q := j.pi; q < len(j.packs); q++ {
+		pk := j.packs[q]
+		if pk == nil || q > j.pi && !follows(j.packs[q-1], pk) {
+			break
+		}
+		if files != nil && j.need[q] == nil {
+			j.need[q] = blocksNeeded(pk, files, c.chunk)
+		}
+		for ; j.bi[q] < len(pk.Chunks); j.bi[q]++ {
+			i := j.bi[q]
+			if j.need[q] != nil && !j.need[q][i] {
+				if len(run) > 0 {
+					return run
+				}
+				continue
+			}
+			n := c.blockLen(pk, i)
+			if len(run) > 0 && bytes+n > limit {
+				return run
+			}
+			run = append(run, blockRef{pk, i})
+			bytes += n
+		}
+	}
+	return run
+}
+
+// follows reports whether pack b's bytes start where a's end, in the same
+// object: adjacent ranks' regions of one TGB.
+func follows(a, b *txn.Pack) bool {
+	return a != nil && a.Key == b.Key && a.Off+a.Size == b.Off
 }
 
 // blocksNeeded marks the blocks of pk that hold bytes of a file the block
@@ -347,7 +389,7 @@ func (p *Prefetcher) run() {
 		if w.files != nil {
 			err = p.c.prefetchFiles(w)
 		} else {
-			err = p.c.prefetch(w.j, w.pk, w.first, w.n)
+			err = p.c.prefetch(w.j, w.blocks)
 		}
 		if err != nil && w.j.ctx.Err() == nil {
 			p.log.Debug("prefetch stopped", "step", w.j.step, "err", err)
@@ -386,17 +428,17 @@ func (c *Cache) lruHas(k blockKey) bool {
 	return ok
 }
 
-// prefetch fetches for job j the blocks first..first+n-1 of pk that are
-// absent, each run of consecutive absent blocks with one ranged GET. It
-// blocks for a GET slot and for prefetch memory.
-func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
-	for i := first; i < first+n; {
+// prefetch fetches for job j the blocks bs (consecutive in their object)
+// that are absent, each run of consecutive absent blocks with one ranged
+// GET. It blocks for a GET slot and for prefetch memory.
+func (c *Cache) prefetch(j *job, bs []blockRef) error {
+	for i := 0; i < len(bs); {
 		c.mu.Lock()
-		for i < first+n && !c.absentLocked(blockKey{pk.Key, pk.Off, i}) {
+		for i < len(bs) && !c.absentLocked(bs[i].key()) {
 			i++
 		}
 		end := i
-		for end < first+n && c.absentLocked(blockKey{pk.Key, pk.Off, end}) {
+		for end < len(bs) && c.absentLocked(bs[end].key()) {
 			end++
 		}
 		c.mu.Unlock()
@@ -404,8 +446,8 @@ func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 			return nil
 		}
 		var bytes int64
-		for b := i; b < end; b++ {
-			bytes += c.blockLen(pk, b)
+		for _, b := range bs[i:end] {
+			bytes += c.blockLen(b.pk, b.i)
 		}
 		if err := c.slots.Acquire(j.ctx, 1); err != nil {
 			return err
@@ -419,12 +461,12 @@ func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 		// A reader may have started some of these meanwhile: fetch the
 		// absent prefix, give back the rest.
 		run := i
-		for run < end && !j.dropped && c.absentLocked(blockKey{pk.Key, pk.Off, run}) {
+		for run < end && !j.dropped && c.absentLocked(bs[run].key()) {
 			run++
 		}
 		var unused int64
-		for b := run; b < end; b++ {
-			unused += c.blockLen(pk, b)
+		for _, b := range bs[run:end] {
+			unused += c.blockLen(b.pk, b.i)
 		}
 		if unused > 0 {
 			c.prefetchSem.Release(unused)
@@ -433,7 +475,7 @@ func (c *Cache) prefetch(j *job, pk *txn.Pack, first, n int) error {
 		if run == i {
 			c.slots.Release(1)
 		} else {
-			j.entries = append(j.entries, c.startLocked(pk, i, run-i, true, true)...)
+			j.entries = append(j.entries, c.startLocked(bs[i:run], true, true)...)
 		}
 		c.mu.Unlock()
 		i = max(run, i+1)
