@@ -175,12 +175,27 @@ func (h *Handle) Release() {
 			f.closeLocked(h.mf)
 			return
 		}
-		h.mf.elem = f.idle.PushBack(h.mf)
-		f.idleBytes += h.mf.size
-		for f.idleBytes > f.idleCap {
-			f.dropLocked(f.idle.Front().Value.(*memFile))
-		}
+		f.parkLocked(h.mf)
 	})
+}
+
+// parkLocked puts a filled file nobody holds (no handle, no waiting open,
+// no prefetch job) in the idle list, where it is dropped first when room
+// is needed, and trims the list to its cap.
+func (f *Files) parkLocked(mf *memFile) {
+	select {
+	case <-mf.done:
+	default:
+		return // finish parks it
+	}
+	if mf.gone || mf.err != nil || mf.opens > 0 || mf.waiters > 0 || mf.job != nil || mf.elem != nil {
+		return
+	}
+	mf.elem = f.idle.PushBack(mf)
+	f.idleBytes += mf.size
+	for f.idleBytes > f.idleCap {
+		f.dropLocked(f.idle.Front().Value.(*memFile))
+	}
 }
 
 // Open returns a handle on file fi of pack p, fetching it if no fill has
@@ -209,6 +224,7 @@ func (f *Files) Open(ctx context.Context, p *txn.Pack, fi *txn.File) (*Handle, e
 	case <-ctx.Done():
 		f.mu.Lock()
 		mf.waiters--
+		f.parkLocked(mf) // a file fetched for this open alone
 		f.mu.Unlock()
 		return nil, ctx.Err()
 	}
@@ -314,7 +330,9 @@ func (f *Files) finish(mf *memFile, fd int, err error) {
 	}
 	if mf.gone && mf.opens == 0 {
 		f.closeLocked(mf)
+		return
 	}
+	f.parkLocked(mf) // its open left before it was filled
 }
 
 // fill fetches the files of one run, in object order, with one ranged GET
@@ -540,8 +558,13 @@ func (f *Files) dropJob(j *job) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, mf := range f.files {
-		if mf.job == j && !mf.read && mf.opens == 0 && mf.waiters == 0 {
+		if mf.job != j {
+			continue
+		}
+		mf.job = nil
+		if !mf.read && mf.opens == 0 && mf.waiters == 0 {
 			f.dropLocked(mf)
 		}
+		// Else an open waits for it: it is the open's now.
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -255,5 +256,31 @@ func TestPrefetchAdjacentRanksOneGet(t *testing.T) {
 	}
 	if g := s.gets.Load(); g != 1 {
 		t.Errorf("%d GETs for 8 adjacent ranks' regions of one step, want 1", g)
+	}
+}
+
+// TestFilesAbandonedOpenFreesRoom: a file whose only open gave up while
+// it was fetched is kept idle, not held: its room goes to the next files.
+func TestFilesAbandonedOpenFreesRoom(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	const fileSize = 4 * testChunk
+	files := c.UseFiles(FilesOptions{Budget: 32 * testChunk, MinSize: 1}) // 8 files
+	pk, _ := putFiles(t, s, "data/p/1/100/tgb.pack", fileSize)
+	s.delay = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	if _, err := files.Open(ctx, pk, &pk.Files[0]); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("open with a 5 ms deadline on a 50 ms store: %v", err)
+	}
+	cancel()
+	waitUntil(t, func() bool { return files.Stats().Fills == 1 })
+	s.delay = 0
+	for i := range 8 {
+		pk, _ := putFiles(t, s, fmt.Sprintf("data/p/1/%d/tgb.pack", i), fileSize)
+		h, err := files.Open(context.Background(), pk, &pk.Files[0])
+		if err != nil {
+			t.Fatalf("file %d of 8 with one abandoned file in the budget: %v", i, err)
+		}
+		defer h.Release()
 	}
 }
