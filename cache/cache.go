@@ -141,6 +141,9 @@ type Cache struct {
 	fetches     sync.WaitGroup // running fetch goroutines
 	closeMu     sync.RWMutex   // write-held only by Close
 	closed      bool           // GUARDED_BY(closeMu)
+	// files, once set (NewFiles), takes the files it is eligible for:
+	// the prefetcher fetches those into memfds, not blocks.
+	files atomic.Pointer[Files]
 
 	mu sync.Mutex
 	// calls holds the blocks being fetched and the staged ones.

@@ -76,7 +76,9 @@ type job struct {
 	packs  []*txn.Pack // GUARDED_BY(Prefetcher.mu): packs[i] of ranks[i], once resolved
 	ctx    context.Context
 	cancel context.CancelFunc
-	pi, bi int // GUARDED_BY(Prefetcher.mu): next rank and block to issue
+	pi, bi int    // GUARDED_BY(Prefetcher.mu): next rank and block to issue
+	fi     int    // GUARDED_BY(Prefetcher.mu): next file to issue (memfds)
+	need   []bool // GUARDED_BY(Prefetcher.mu): blocks of the current pack the block path serves; nil: all
 
 	entries []*entry // GUARDED_BY(Cache.mu): blocks this job started
 	dropped bool     // GUARDED_BY(Cache.mu)
@@ -223,6 +225,9 @@ func (p *Prefetcher) dropLocked(j *job) {
 	delete(p.jobs, j.step)
 	j.cancel()
 	p.c.dropJob(j)
+	if files := p.c.files.Load(); files != nil {
+		files.dropJob(j)
+	}
 }
 
 func (p *Prefetcher) dropAll() {
@@ -233,25 +238,37 @@ func (p *Prefetcher) dropAll() {
 	}
 }
 
-// next returns the next blocks to prefetch: up to maxRun blocks of one
-// pack, from the lowest step's first block not issued yet. A rank whose
-// pack is not known yet is resolved here, outside the lock (it may fetch
-// the step's index); a rank that fails to resolve is skipped.
-func (p *Prefetcher) next() (*job, *txn.Pack, int, int, bool) {
+// work is one prefetch GET for job j: blocks first..first+n-1 of pk, or
+// (files set) a run of pk's files into memfds.
+type work struct {
+	j        *job
+	pk       *txn.Pack
+	first, n int
+	files    []*txn.File
+	bytes    int64
+}
+
+// next returns the next GET to issue, from the lowest step's first pack
+// not done: its memfd files first (when the cache has them), then the
+// blocks the block path still serves, up to maxRun blocks a GET. A rank
+// whose pack is not known yet is resolved here, outside the lock (it may
+// fetch the step's index); a rank that fails to resolve is skipped.
+func (p *Prefetcher) next() (work, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	files := p.c.files.Load()
 	for {
 		var best *job
 		for _, j := range p.jobs {
-			for j.pi < len(j.ranks) && j.pi < len(j.packs) && (j.packs[j.pi] == nil || j.bi >= len(j.packs[j.pi].Chunks)) {
-				j.pi, j.bi = j.pi+1, 0
+			for j.pi < len(j.ranks) && j.pi < len(j.packs) && j.packDone(files) {
+				j.pi, j.fi, j.bi, j.need = j.pi+1, 0, 0, nil
 			}
 			if j.pi < len(j.ranks) && (best == nil || j.step < best.step) {
 				best = j
 			}
 		}
 		if best == nil {
-			return nil, nil, 0, 0, false
+			return work{}, false
 		}
 		if best.pi == len(best.packs) {
 			step, rank := best.step, best.ranks[best.pi]
@@ -266,18 +283,58 @@ func (p *Prefetcher) next() (*job, *txn.Pack, int, int, bool) {
 			}
 			continue
 		}
-		pk, i := best.packs[best.pi], best.bi
-		n := min(p.c.maxRun, len(pk.Chunks)-i)
+		pk := best.packs[best.pi]
+		if files != nil && best.fi < len(pk.Files) {
+			run, bytes, next := files.nextRun(pk, best.fi)
+			best.fi = next
+			if len(run) > 0 {
+				return work{j: best, pk: pk, files: run, bytes: bytes}, true
+			}
+			continue
+		}
+		if files != nil && best.need == nil {
+			best.need = blocksNeeded(pk, files, p.c.chunk)
+		}
+		for best.need != nil && best.bi < len(pk.Chunks) && !best.need[best.bi] {
+			best.bi++
+		}
+		i, n := best.bi, 0
+		for n < p.c.maxRun && i+n < len(pk.Chunks) && (best.need == nil || best.need[i+n]) {
+			n++
+		}
 		best.bi += n
-		return best, pk, i, n, true
+		if n > 0 {
+			return work{j: best, pk: pk, first: i, n: n}, true
+		}
 	}
+}
+
+// packDone reports whether the job issued everything of its current pack.
+func (j *job) packDone(files *Files) bool {
+	pk := j.packs[j.pi]
+	return pk == nil || (files == nil || j.fi >= len(pk.Files)) && j.bi >= len(pk.Chunks)
+}
+
+// blocksNeeded marks the blocks of pk that hold bytes of a file the block
+// path serves (one not eligible for a memfd).
+func blocksNeeded(pk *txn.Pack, files *Files, chunk int64) []bool {
+	need := make([]bool, len(pk.Chunks))
+	for _, f := range pk.Files {
+		if files.Eligible(f.Size) || f.Size == 0 {
+			continue
+		}
+		for b := f.Off / chunk; b <= (f.Off+f.Size-1)/chunk && b < int64(len(need)); b++ {
+			need[b] = true
+		}
+	}
+	return need
 }
 
 // run is the scheduler: it issues GETs one at a time, blocking for a GET
 // slot and prefetch memory, so the nearest step always goes first.
 func (p *Prefetcher) run() {
 	for {
-		j, pk, i, n, ok := p.next()
+		w, ok := p.next()
 		if !ok {
 			select {
 			case <-p.kick:
@@ -286,10 +343,31 @@ func (p *Prefetcher) run() {
 				return
 			}
 		}
-		if err := p.c.prefetch(j, pk, i, n); err != nil && j.ctx.Err() == nil {
-			p.log.Debug("prefetch stopped", "step", j.step, "err", err)
+		var err error
+		if w.files != nil {
+			err = p.c.prefetchFiles(w)
+		} else {
+			err = p.c.prefetch(w.j, w.pk, w.first, w.n)
+		}
+		if err != nil && w.j.ctx.Err() == nil {
+			p.log.Debug("prefetch stopped", "step", w.j.step, "err", err)
 		}
 	}
+}
+
+// prefetchFiles starts the GET of a run of files into memfds, once a GET
+// slot and room for the files are free.
+func (c *Cache) prefetchFiles(w work) error {
+	files := c.files.Load()
+	if err := c.slots.Acquire(w.j.ctx, 1); err != nil {
+		return err
+	}
+	if err := files.reserve(w.j.ctx, w.bytes); err != nil {
+		c.slots.Release(1)
+		return err
+	}
+	files.start(w.j, w.pk, w.files, func() { c.slots.Release(1) })
+	return nil
 }
 
 // absentLocked reports whether block k is nowhere: not in flight, staged,

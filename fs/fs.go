@@ -46,6 +46,8 @@ package fs
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -56,6 +58,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -126,6 +129,11 @@ type Root struct {
 
 	steps  atomic.Pointer[gofs.Inode] // set in OnAdd
 	notify sync.Mutex                 // serialises kernel notifications
+
+	// files, once set (SetPassthrough), serves the files it takes from
+	// memfds the kernel reads directly.
+	files                 atomic.Pointer[cache.Files]
+	opensMem, opensBlocks atomic.Int64
 
 	loadedMu sync.Mutex
 	loaded   map[int64]*dirNode // GUARDED_BY(loadedMu): step directories with file lists built
@@ -575,6 +583,23 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if f.r.touch != nil {
 		f.r.touch(f.tgb.Step, f.rank)
 	}
+	if f.r.servedf != nil {
+		// The reader's position moves at open: reads of a passthrough
+		// file never reach this process.
+		f.r.servedf(f.tgb.Step, 0)
+	}
+	if files := f.r.files.Load(); files != nil && files.Eligible(f.file.Size) {
+		h, err := files.Open(ctx, f.pack, f.file)
+		switch {
+		case err == nil:
+			f.r.opensMem.Add(1)
+			// The kernel reads the memfd; nothing to flush on close.
+			return &memHandle{h: h}, fuse.FOPEN_NOFLUSH, 0
+		case !errors.Is(err, cache.ErrNoRoom):
+			return nil, 0, f.r.toErrno("open", f.path, err)
+		}
+	}
+	f.r.opensBlocks.Add(1)
 	// The bytes never change: the page cache may keep them across opens.
 	return nil, fuse.FOPEN_KEEP_CACHE, 0
 }
@@ -582,6 +607,15 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= f.file.Size {
 		return fuse.ReadResultData(nil), 0
+	}
+	if h, ok := fh.(*memHandle); ok {
+		// The kernel did not take the memfd (passthrough refused after
+		// the probe): read it here.
+		n, err := h.h.ReadAt(dest[:min(int64(len(dest)), f.file.Size-off)], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, f.r.toErrno("read", f.path, err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
 	}
 	dest = dest[:min(int64(len(dest)), f.file.Size-off)]
 	n, err := f.r.reader.ReadAt(ctx, f.pack, dest, f.file.Off+off)
@@ -593,6 +627,32 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
+
+// memHandle is an open file served from a sealed memfd: the kernel reads
+// it directly (passthrough) while the handle is open.
+type memHandle struct {
+	h *cache.Handle
+}
+
+var (
+	_ gofs.FilePassthroughFder = (*memHandle)(nil)
+	_ gofs.FileReleaser        = (*memHandle)(nil)
+)
+
+func (m *memHandle) PassthroughFd() (int, bool) { return m.h.Fd(), true }
+
+func (m *memHandle) Release(context.Context) syscall.Errno {
+	m.h.Release()
+	return 0
+}
+
+// SetPassthrough makes files serve the files they take (Files.Eligible)
+// from memfds, for opens from now on.
+func (r *Root) SetPassthrough(files *cache.Files) { r.files.Store(files) }
+
+// Opens counts the files opened so far by path: memfd (passthrough) and
+// blocks.
+func (r *Root) Opens() (memfd, blocks int64) { return r.opensMem.Load(), r.opensBlocks.Load() }
 
 func writeFlags(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&(syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CREAT) != 0

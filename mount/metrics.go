@@ -62,6 +62,23 @@ func (x *metrics) register(m *mounted) {
 			func() float64 { return float64(stats().VerifyFailures) }),
 		gauge("lakefs_mount_prefetch_bytes", "Bytes of prefetched blocks held or in flight, not yet read.",
 			func() float64 { return float64(stats().PrefetchBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lakefs_mount_opens_total",
+			Help: "Files opened, by the path that serves them: passthrough (a verified memfd the kernel reads) or blocks.", ConstLabels: prometheus.Labels{"path": "passthrough"}},
+			func() float64 { n, _ := m.root.Opens(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lakefs_mount_opens_total",
+			Help: "Files opened, by the path that serves them: passthrough (a verified memfd the kernel reads) or blocks.", ConstLabels: prometheus.Labels{"path": "blocks"}},
+			func() float64 { _, n := m.root.Opens(); return float64(n) }),
+		gauge("lakefs_mount_memfile_bytes", "Bytes of whole files held in memfds (open, prefetched or recently read).",
+			func() float64 { return float64(m.cache.Files().Stats().Bytes) }),
+		gauge("lakefs_mount_memfile_peak_bytes", "The most bytes ever held in memfds.",
+			func() float64 { return float64(m.cache.Files().Stats().Peak) }),
+		gauge("lakefs_mount_passthrough_active", "1 when files are served by FUSE passthrough from memfds.",
+			func() float64 {
+				if m.cache.Files() != nil {
+					return 1
+				}
+				return 0
+			}),
 		gauge("lakefs_mount_prefetch_depth_steps", "Steps beyond the reader's position being prefetched.",
 			func() float64 { return float64(m.prefetch.Depth()) }),
 		gauge("lakefs_mount_head_step", "Highest committed step the mount shows (-1 before the first commit).",

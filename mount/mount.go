@@ -85,6 +85,10 @@ type Options struct {
 	ReadAhead int64
 	// Fetchers bounds concurrent prefetch GETs.
 	Fetchers int
+	// Passthrough is PassthroughAuto (""), PassthroughOn or
+	// PassthroughOff: whether whole files are served from memfds the
+	// kernel reads directly.
+	Passthrough string
 	// StoreLatency is added to every data GET: a stand-in for a remote
 	// store in benchmarks.
 	StoreLatency time.Duration
@@ -103,6 +107,13 @@ type Info struct {
 	MetricsAddr string // the bound address, when metrics are served
 	Stats       func() cache.Stats
 }
+
+// Passthrough modes (--passthrough).
+const (
+	PassthroughAuto = "auto"
+	PassthroughOn   = "on"
+	PassthroughOff  = "off"
+)
 
 // Defaults.
 const (
@@ -157,6 +168,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.ReadAhead == 0 {
 		o.ReadAhead = DefaultReadAhead
+	}
+	if o.Passthrough == "" {
+		o.Passthrough = PassthroughAuto
 	}
 	if o.NodeID == "" {
 		id, err := defaultNodeID(o.Mountpoint)
@@ -357,6 +371,12 @@ func (m *mounted) mountView() (*fuse.Server, <-chan struct{}, error) {
 	if err := setReadAhead(o.Mountpoint, o.ReadAhead); err != nil {
 		m.log.Warn("could not raise the kernel read-ahead; sequential reads will be slower", "err", err)
 	}
+	if err := m.startPassthrough(server); err != nil {
+		if uerr := server.Unmount(); uerr != nil {
+			m.log.Warn("unmounting after --passthrough on failed", "err", uerr)
+		}
+		return nil, nil, err
+	}
 	served := make(chan struct{})
 	go func() {
 		server.Wait()
@@ -367,6 +387,52 @@ func (m *mounted) mountView() (*fuse.Server, <-chan struct{}, error) {
 		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, m.txlog.Config.Ranks),
 		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
 	return server, served, nil
+}
+
+// startPassthrough turns the memfd path on when --passthrough allows and
+// the kernel takes backing files, and says once which path serves files.
+func (m *mounted) startPassthrough(server *fuse.Server) error {
+	mode := m.opts.Passthrough
+	if mode == PassthroughOff {
+		m.log.Info("passthrough", "mode", mode, "active", false, "reason", "--passthrough off")
+		return nil
+	}
+	if err := probePassthrough(server); err != nil {
+		if mode == PassthroughOn {
+			return fmt.Errorf("--passthrough on: %w", err)
+		}
+		m.log.Info("passthrough", "mode", mode, "active", false, "reason", err.Error())
+		return nil
+	}
+	files := m.cache.UseFiles(cache.FilesOptions{Budget: m.opts.CacheSize / 4, MinSize: PassthroughMinSize})
+	m.root.SetPassthrough(files)
+	m.log.Info("passthrough", "mode", mode, "active", true, "memfd_budget", m.opts.CacheSize/4, "min_file", PassthroughMinSize)
+	return nil
+}
+
+// PassthroughMinSize: smaller files are served from blocks. A memfd costs
+// a few system calls and a backing-file registration per open, more than
+// reading a small file through this process.
+const PassthroughMinSize = 1 << 20
+
+// probePassthrough registers a memfd with the kernel as a backing file and
+// unregisters it: go-fuse turns passthrough off for the whole mount after
+// one failed registration, so it is tried on purpose before any reader's
+// open depends on it.
+func probePassthrough(server *fuse.Server) error {
+	fd, err := unix.MemfdCreate("lakefs:probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("memfd_create: %w", err)
+	}
+	defer unix.Close(fd)
+	id, errno := server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		return fmt.Errorf("the kernel refused a FUSE backing file (%w): passthrough needs Linux 6.9 or later built with FUSE_PASSTHROUGH, and CAP_SYS_ADMIN in the initial user namespace", errno)
+	}
+	if errno := server.UnregisterBackingFd(id); errno != 0 {
+		return fmt.Errorf("unregistering a FUSE backing file: %w", errno)
+	}
+	return nil
 }
 
 // serve runs the tailer, the heartbeat and the checkpoint watcher, says

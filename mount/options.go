@@ -78,6 +78,22 @@ func OptionTable() []Option {
 			"how often to write the heartbeat"),
 		sizeOption("read-ahead", DefaultReadAhead, MinReadAhead, MaxReadAhead, func(o *Options) *int64 { return &o.ReadAhead },
 			"kernel read-ahead of the mount"),
+		{Name: "passthrough", Default: PassthroughAuto,
+			Usage: "serve whole verified files from memory the kernel reads directly (FUSE passthrough): auto (when the kernel allows it), on (fail if not) or off (every read through this process)",
+			set: func(o *Options, flag, v string) error {
+				switch v = strings.TrimSpace(v); v {
+				case PassthroughAuto, PassthroughOn, PassthroughOff:
+					o.Passthrough = v
+					return nil
+				}
+				return flagval.Usagef("%s %q is not auto, on or off", flag, v)
+			},
+			get: func(o *Options) string {
+				if o.Passthrough == PassthroughAuto {
+					return ""
+				}
+				return o.Passthrough
+			}},
 		zeroIsDefault(intOption("fetchers", strconv.Itoa(cache.DefaultFetchers), false, func(o *Options) *int { return &o.Fetchers },
 			"concurrent prefetch GETs")),
 		hidden(durationOption("store-latency", 0, false, func(o *Options) *time.Duration { return &o.StoreLatency },

@@ -1,0 +1,518 @@
+package cache
+
+// Whole files in sealed memfds: the passthrough path. A file's bytes are
+// read from the GET's body straight into the memfd's pages (one copy, from
+// the socket or the local file into memory the kernel then reads from),
+// its CRC32C computed piece by piece while the bytes are hot, and the
+// memfd is sealed and handed out only once the whole file matched the
+// CRC32C recorded at production. The memfd is the cache for that file:
+// the kernel reads it directly (FUSE passthrough), so its bytes are held
+// once, never also as cache blocks.
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+// ErrNoRoom: a file does not fit in the memfd budget now (every byte of it
+// is held by open or unread files); the caller serves it from blocks.
+var ErrNoRoom = errors.New("no room in the memfd budget")
+
+// FilesOptions configure the memfd files of a Cache.
+type FilesOptions struct {
+	// Budget bounds the bytes held in memfds: files open, prefetched and
+	// not read yet, and recently read ones.
+	Budget int64
+	// MinSize and MaxSize bound the files that go to memfds; others are
+	// served from blocks (Eligible). MaxSize is at most Budget/8, so one
+	// file never holds most of the budget.
+	MinSize, MaxSize int64
+}
+
+// Files holds verified whole files in sealed memfds.
+//
+// Invariants: a memfd is handed out (Handle.Fd) only after the whole file
+// matched its CRC32C and was sealed against writes; a failed fill is never
+// kept (the next open fetches again); the bytes of memfds this process
+// holds never exceed Budget (room); a file is dropped only when no handle
+// has it open; a read file with no open handle waits in the idle list,
+// bounded by Budget/8, and is dropped first when room is needed.
+//
+// Lock order: Cache.mu is never held with Files.mu; Files.mu is held for
+// no I/O.
+type Files struct {
+	c        *Cache
+	budget   int64
+	min, max int64
+	idleCap  int64
+	room     *semaphore.Weighted // bytes of memfds held
+
+	mu        sync.Mutex
+	files     map[fileKey]*memFile // GUARDED_BY(mu)
+	idle      *list.List           // GUARDED_BY(mu): read, unopened files, oldest first
+	idleBytes int64                // GUARDED_BY(mu)
+
+	held, peak, opens, fills atomic.Int64
+}
+
+// fileKey names a file by its object and the object offset of its bytes.
+type fileKey struct {
+	obj string
+	off int64
+}
+
+// memFile is one file being filled, or filled and held.
+type memFile struct {
+	key  fileKey
+	size int64
+	crc  uint32
+	name string        // for errors and logs
+	done chan struct{} // closed once fd or err is set
+	fd   int           // sealed memfd, after done when err == nil
+	err  error
+
+	// GUARDED_BY(Files.mu):
+	opens   int           // open handles
+	waiters int           // opens waiting for the fill
+	job     *job          // the prefetch job holding it unread, or nil
+	read    bool          // opened at least once
+	elem    *list.Element // in Files.idle, or nil
+	gone    bool          // dropped from files: closes when the last handle goes
+}
+
+// UseFiles gives c memfd files: from now on the prefetcher fetches the
+// files they take into memfds. Close of c does not close them: handles
+// stay valid until released.
+func (c *Cache) UseFiles(o FilesOptions) *Files {
+	if o.MaxSize <= 0 || o.MaxSize > o.Budget/8 {
+		o.MaxSize = o.Budget / 8
+	}
+	f := &Files{
+		c: c, budget: o.Budget, min: max(o.MinSize, 1), max: o.MaxSize,
+		idleCap: o.Budget / 8,
+		room:    semaphore.NewWeighted(o.Budget),
+		files:   map[fileKey]*memFile{}, idle: list.New(),
+	}
+	c.files.Store(f)
+	return f
+}
+
+// Files returns c's memfd files, nil before UseFiles.
+func (c *Cache) Files() *Files { return c.files.Load() }
+
+// Eligible reports whether a file of size bytes goes to a memfd.
+func (f *Files) Eligible(size int64) bool { return size >= f.min && size <= f.max }
+
+// FilesStats are the memfd counters.
+type FilesStats struct {
+	Bytes, Peak int64 // held now, and the most ever held
+	Opens       int64 // handles given out
+	Fills       int64 // files fetched into a memfd
+}
+
+// Stats returns the counters; zero on a nil Files.
+func (f *Files) Stats() FilesStats {
+	if f == nil {
+		return FilesStats{}
+	}
+	return FilesStats{Bytes: f.held.Load(), Peak: f.peak.Load(), Opens: f.opens.Load(), Fills: f.fills.Load()}
+}
+
+// Handle is an open file's hold on a memfd.
+type Handle struct {
+	f    *Files
+	mf   *memFile
+	once sync.Once
+}
+
+// Fd is the sealed memfd, valid until Release.
+func (h *Handle) Fd() int { return h.mf.fd }
+
+// Size is the file's size.
+func (h *Handle) Size() int64 { return h.mf.size }
+
+// ReadAt reads from the memfd: for a kernel that did not take the fd.
+func (h *Handle) ReadAt(dst []byte, off int64) (int, error) {
+	n, err := unix.Pread(h.mf.fd, dst, off)
+	if err == nil && n < len(dst) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Release lets go of the handle; the file stays, idle, until room is
+// needed.
+func (h *Handle) Release() {
+	h.once.Do(func() {
+		f := h.f
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		h.mf.opens--
+		if h.mf.opens > 0 {
+			return
+		}
+		if h.mf.gone {
+			f.closeLocked(h.mf)
+			return
+		}
+		h.mf.elem = f.idle.PushBack(h.mf)
+		f.idleBytes += h.mf.size
+		for f.idleBytes > f.idleCap {
+			f.dropLocked(f.idle.Front().Value.(*memFile))
+		}
+	})
+}
+
+// Open returns a handle on file fi of pack p, fetching it if no fill has
+// it yet. It waits for the fill; ErrChecksum when the bytes failed
+// verification twice (nothing of them is handed out), ErrNoRoom when the
+// budget is held by open and unread files.
+func (f *Files) Open(ctx context.Context, p *txn.Pack, fi *txn.File) (*Handle, error) {
+	k := fileKey{p.Key, p.Off + fi.Off}
+	f.mu.Lock()
+	mf := f.files[k]
+	if mf == nil {
+		if !f.reserveLocked(fi.Size) {
+			f.mu.Unlock()
+			return nil, ErrNoRoom
+		}
+		mf = f.addLocked(k, fi, nil)
+		f.c.misses.Add(1)
+		go f.fill(f.c.life, p, []*memFile{mf}, nil)
+	} else {
+		f.c.hits.Add(1)
+	}
+	mf.waiters++
+	f.mu.Unlock()
+	select {
+	case <-mf.done:
+	case <-ctx.Done():
+		f.mu.Lock()
+		mf.waiters--
+		f.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	f.mu.Lock()
+	mf.waiters--
+	if mf.err != nil {
+		f.mu.Unlock()
+		if errors.Is(mf.err, context.Canceled) && ctx.Err() == nil {
+			return f.Open(ctx, p, fi) // a prefetch dropped under us: fetch it ourselves
+		}
+		return nil, mf.err
+	}
+	if mf.gone { // dropped between the fill and now: fetch it again
+		f.mu.Unlock()
+		return f.Open(ctx, p, fi)
+	}
+	mf.opens++
+	mf.job = nil
+	if mf.elem != nil {
+		f.idle.Remove(mf.elem)
+		f.idleBytes -= mf.size
+		mf.elem = nil
+	}
+	first := !mf.read
+	mf.read = true
+	f.mu.Unlock()
+	f.opens.Add(1)
+	if first {
+		f.c.served.Add(mf.size)
+	}
+	return &Handle{f: f, mf: mf}, nil
+}
+
+// reserveLocked takes room for n bytes, dropping idle files for it; false
+// if open and unread files hold too much.
+func (f *Files) reserveLocked(n int64) bool {
+	for !f.room.TryAcquire(n) {
+		e := f.idle.Front()
+		if e == nil {
+			return false
+		}
+		f.dropLocked(e.Value.(*memFile))
+	}
+	return true
+}
+
+func (f *Files) addLocked(k fileKey, fi *txn.File, j *job) *memFile {
+	mf := &memFile{key: k, size: fi.Size, crc: fi.CRC, name: fi.Name, done: make(chan struct{}), fd: -1, job: j}
+	f.files[k] = mf
+	if h := f.held.Add(fi.Size); h > f.peak.Load() {
+		f.peak.Store(h) // one writer at a time: under mu
+	}
+	return mf
+}
+
+// dropLocked removes a file; its memfd closes now, or when its last
+// handle is released.
+func (f *Files) dropLocked(mf *memFile) {
+	if mf.gone {
+		return
+	}
+	mf.gone = true
+	if f.files[mf.key] == mf {
+		delete(f.files, mf.key)
+	}
+	if mf.elem != nil {
+		f.idle.Remove(mf.elem)
+		f.idleBytes -= mf.size
+		mf.elem = nil
+	}
+	if mf.opens == 0 {
+		f.closeLocked(mf)
+	}
+}
+
+// closeLocked closes a gone file's memfd (after its fill) and gives its
+// room back.
+func (f *Files) closeLocked(mf *memFile) {
+	select {
+	case <-mf.done:
+	default:
+		return // the fill closes it when it ends (finish)
+	}
+	if mf.fd >= 0 {
+		unix.Close(mf.fd)
+		mf.fd = -1
+	}
+	f.room.Release(mf.size)
+	f.held.Add(-mf.size)
+}
+
+// finish publishes a fill's outcome.
+func (f *Files) finish(mf *memFile, fd int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mf.fd, mf.err = fd, err
+	close(mf.done)
+	if err != nil && !mf.gone {
+		mf.gone = true
+		if f.files[mf.key] == mf {
+			delete(f.files, mf.key)
+		}
+	}
+	if mf.gone && mf.opens == 0 {
+		f.closeLocked(mf)
+	}
+}
+
+// fill fetches the files of one run, in object order, with one ranged GET
+// (from the first file's first byte to the last one's last) and streams
+// each into its memfd. A file whose bytes fail verification is fetched
+// again alone, once; a second failure is ErrChecksum. slot, if set, is
+// released when the GET is done.
+func (f *Files) fill(ctx context.Context, p *txn.Pack, run []*memFile, slot func()) {
+	if slot != nil {
+		defer slot()
+	}
+	off := run[0].key.off - p.Off
+	end := run[len(run)-1].key.off + run[len(run)-1].size - p.Off
+	rc, err := f.c.openRange(ctx, p, off, end-off)
+	if err != nil {
+		for _, mf := range run {
+			f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
+		}
+		return
+	}
+	defer rc.Close()
+	pos := off
+	for i, mf := range run {
+		fo := mf.key.off - p.Off
+		if err == nil && fo > pos {
+			var n int64
+			n, err = io.CopyN(io.Discard, rc, fo-pos)
+			f.c.fetched.Add(n)
+		}
+		pos = fo + mf.size
+		if err != nil {
+			f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
+			continue
+		}
+		var fd int
+		fd, err = f.stream(rc, mf)
+		if errors.Is(err, ErrChecksum) {
+			err = nil // the stream is still in step: go on with the rest
+			go f.refill(ctx, p, mf)
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err)
+			for _, rest := range run[i:] {
+				f.finish(rest, -1, err)
+			}
+			return
+		}
+		f.fills.Add(1)
+		f.finish(mf, fd, nil)
+	}
+}
+
+// refill fetches a file that failed verification once more, alone.
+func (f *Files) refill(ctx context.Context, p *txn.Pack, mf *memFile) {
+	off := mf.key.off - p.Off
+	rc, err := f.c.openRange(ctx, p, off, mf.size)
+	if err != nil {
+		f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
+		return
+	}
+	defer rc.Close()
+	fd, err := f.stream(rc, mf)
+	if errors.Is(err, ErrChecksum) {
+		f.c.log.Error("file failed CRC32C verification twice; opens return EIO",
+			"object", p.Key, "file", mf.name, "object_bytes", fmt.Sprintf("%d-%d", mf.key.off, mf.key.off+mf.size-1))
+	}
+	if err != nil {
+		err = fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err)
+	} else {
+		f.fills.Add(1)
+	}
+	f.finish(mf, fd, err)
+}
+
+// streamPiece is how much is read into the memfd, then checked, at a time:
+// small enough that the CRC32C reads bytes still in the CPU cache.
+const streamPiece = 256 << 10
+
+// stream reads mf.size bytes of rc into a new memfd, checks them against
+// mf.crc and seals the memfd. On a mismatch the stream has still been
+// read to the file's end and the error is ErrChecksum.
+func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
+	fd, err = unix.MemfdCreate("lakefs:"+mf.name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(fd)
+			fd = -1
+		}
+	}()
+	if err := unix.Ftruncate(fd, mf.size); err != nil {
+		return -1, fmt.Errorf("sizing a memfd to %d bytes: %w", mf.size, err)
+	}
+	m, err := unix.Mmap(fd, 0, int(mf.size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return -1, fmt.Errorf("mapping a memfd of %d bytes: %w", mf.size, err)
+	}
+	var crc uint32
+	for o := 0; o < len(m) && err == nil; o += streamPiece {
+		piece := m[o:min(o+streamPiece, len(m))]
+		var n int
+		n, err = io.ReadFull(rc, piece)
+		f.c.fetched.Add(int64(n))
+		crc = crc32.Update(crc, castagnoli, piece[:n])
+	}
+	if uerr := unix.Munmap(m); err == nil && uerr != nil {
+		err = fmt.Errorf("unmapping a memfd: %w", uerr)
+	}
+	if err != nil {
+		return -1, err
+	}
+	if crc != mf.crc {
+		f.c.verifyFailures.Add(1)
+		f.c.log.Warn("file failed CRC32C verification", "file", mf.name,
+			"object_bytes", fmt.Sprintf("%d-%d", mf.key.off, mf.key.off+mf.size-1),
+			"crc", fmt.Sprintf("%08x", crc), "want", fmt.Sprintf("%08x", mf.crc))
+		return -1, fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
+			ErrChecksum, mf.name, mf.key.obj, mf.key.off, mf.key.off+mf.size-1, mf.crc)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return -1, fmt.Errorf("sealing a memfd: %w", err)
+	}
+	return fd, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// nextRun returns the next run of p's eligible files from index from on
+// that no fill holds: files adjacent in the object (gaps under a block),
+// in object order, of at most maxRun blocks' bytes in all; and the index
+// after the run.
+func (f *Files) nextRun(p *txn.Pack, from int) (run []*txn.File, bytes int64, next int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	limit := int64(f.c.maxRun) * f.c.chunk
+	var end int64
+	i := from
+	for ; i < len(p.Files); i++ {
+		fi := &p.Files[i]
+		if !f.Eligible(fi.Size) || f.files[fileKey{p.Key, p.Off + fi.Off}] != nil {
+			if len(run) > 0 {
+				break
+			}
+			continue
+		}
+		if len(run) > 0 && (fi.Off < end || fi.Off-end >= f.c.chunk || fi.Off+fi.Size-run[0].Off > limit) {
+			break
+		}
+		run = append(run, fi)
+		bytes += fi.Size
+		end = fi.Off + fi.Size
+	}
+	return run, bytes, i
+}
+
+// reserve takes room for n bytes, dropping idle files first, and waits
+// while open and unread files hold it.
+func (f *Files) reserve(ctx context.Context, n int64) error {
+	f.mu.Lock()
+	ok := f.reserveLocked(n)
+	f.mu.Unlock()
+	if ok {
+		return nil
+	}
+	return f.room.Acquire(ctx, n)
+}
+
+// start fills the files of run that are still absent for prefetch job j,
+// with room for all of them taken (what is not used is given back); slot
+// is released when the GET is done.
+func (f *Files) start(j *job, p *txn.Pack, run []*txn.File, slot func()) {
+	f.mu.Lock()
+	var mfs []*memFile
+	var unused int64
+	for _, fi := range run {
+		k := fileKey{p.Key, p.Off + fi.Off}
+		if f.files[k] != nil || j.ctx.Err() != nil {
+			unused += fi.Size
+			continue
+		}
+		mfs = append(mfs, f.addLocked(k, fi, j))
+	}
+	f.mu.Unlock()
+	if unused > 0 {
+		f.room.Release(unused)
+	}
+	if len(mfs) == 0 {
+		slot()
+		return
+	}
+	f.c.misses.Add(int64(len(mfs)))
+	// A run with a hole (a file filled meanwhile) is fetched whole: the
+	// hole is read and dropped, cheaper than a second GET.
+	go f.fill(j.ctx, p, mfs, slot)
+}
+
+// dropJob drops the files job j prefetched that no reader opened.
+func (f *Files) dropJob(j *job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, mf := range f.files {
+		if mf.job == j && !mf.read && mf.opens == 0 && mf.waiters == 0 {
+			f.dropLocked(mf)
+		}
+	}
+}

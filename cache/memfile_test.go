@@ -1,0 +1,207 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lakestream/lakestream/txn"
+)
+
+// putFiles stores one pack of files of the given sizes, back to back, and
+// returns it with each file's bytes.
+func putFiles(t testing.TB, s *countingStore, key string, sizes ...int) (*txn.Pack, [][]byte) {
+	t.Helper()
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	pk, data := putPack(t, s, key, total, uint64(len(key)))
+	pk.Files = nil
+	var parts [][]byte
+	off := 0
+	for i, n := range sizes {
+		b := data[off : off+n]
+		pk.Files = append(pk.Files, txn.File{Name: fmt.Sprintf("f%d", i), Off: int64(off), Size: int64(n), CRC: txn.CRC32C(b)})
+		parts = append(parts, b)
+		off += n
+	}
+	return pk, parts
+}
+
+func readHandle(t testing.TB, h *Handle) []byte {
+	t.Helper()
+	b := make([]byte, h.Size())
+	if n, err := h.ReadAt(b, 0); err != nil || int64(n) != h.Size() {
+		t.Fatalf("reading the memfd: %d bytes, %v", n, err)
+	}
+	return b
+}
+
+// TestFilesServeExactBytesSealed: a file opened through Files is its
+// bytes exactly, in a memfd sealed against any change, and every file
+// fetched once however many open it at once.
+func TestFilesServeExactBytesSealed(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	files := c.UseFiles(FilesOptions{Budget: 128 * testChunk, MinSize: 1})
+	pk, parts := putFiles(t, s, "data/p/1/0/tgb.pack", 3*testChunk+17, 5, 2*testChunk)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for r := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i := r % len(parts)
+			h, err := files.Open(ctx, pk, &pk.Files[i])
+			if err != nil {
+				t.Errorf("open %s: %v", pk.Files[i].Name, err)
+				return
+			}
+			defer h.Release()
+			if got := readHandle(t, h); !bytes.Equal(got, parts[i]) {
+				t.Errorf("%s: the memfd does not hold the file's bytes", pk.Files[i].Name)
+			}
+			seals, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_GET_SEALS, 0)
+			want := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
+			if err != nil || seals&want != want {
+				t.Errorf("%s: seals %#x (%v), want %#x", pk.Files[i].Name, seals, err, want)
+			}
+			if _, err := unix.Pwrite(h.Fd(), []byte{1}, 0); err == nil {
+				t.Errorf("%s: a write to the handed-out memfd succeeded", pk.Files[i].Name)
+			}
+		}()
+	}
+	wg.Wait()
+	if g := s.gets.Load(); g != int64(len(parts)) {
+		t.Errorf("%d GETs for %d files opened by 16 readers, want one each", g, len(parts))
+	}
+}
+
+// TestFilesCorruptNeverServed: bytes that fail their CRC32C twice make
+// Open fail with ErrChecksum and no handle; once is fetched again.
+func TestFilesCorruptNeverServed(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	files := c.UseFiles(FilesOptions{Budget: 128 * testChunk, MinSize: 1})
+	ctx := context.Background()
+
+	pk, _ := putFiles(t, s, "data/p/1/0/tgb.pack", 2*testChunk)
+	s.corrupt[pk.Key] = -1
+	h, err := files.Open(ctx, pk, &pk.Files[0])
+	if !errors.Is(err, ErrChecksum) || h != nil {
+		t.Fatalf("corrupt file: handle %v, err %v; want ErrChecksum and no handle", h, err)
+	}
+	if st := files.Stats(); st.Bytes != 0 || st.Fills != 0 {
+		t.Errorf("a failed file still holds %d bytes (%d fills)", st.Bytes, st.Fills)
+	}
+	if v := c.Stats().VerifyFailures; v != 2 {
+		t.Errorf("%d verification failures, want 2 (the GET and its one refetch)", v)
+	}
+
+	pk2, parts := putFiles(t, s, "data/p/1/1/tgb.pack", 2*testChunk)
+	s.corrupt[pk2.Key] = 1
+	h, err = files.Open(ctx, pk2, &pk2.Files[0])
+	if err != nil {
+		t.Fatalf("a file corrupted once: %v; want it fetched again", err)
+	}
+	defer h.Release()
+	if !bytes.Equal(readHandle(t, h), parts[0]) {
+		t.Error("the refetched file has the wrong bytes")
+	}
+}
+
+// TestFilesBudget: the memfds held never exceed the budget; open files
+// are never dropped, released ones are dropped when room is needed, and
+// an open that finds no room says ErrNoRoom (the caller uses blocks).
+func TestFilesBudget(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 256*testChunk)
+	const fileSize = 4 * testChunk
+	budget := int64(32 * testChunk) // 8 files; MaxSize is budget/8 = one file
+	files := c.UseFiles(FilesOptions{Budget: budget, MinSize: 1})
+	ctx := context.Background()
+	var held []*Handle
+	for i := range 12 {
+		pk, parts := putFiles(t, s, fmt.Sprintf("data/p/1/%d/tgb.pack", i), fileSize)
+		h, err := files.Open(ctx, pk, &pk.Files[0])
+		if i >= 8 {
+			if !errors.Is(err, ErrNoRoom) {
+				t.Fatalf("file %d with the budget held by 8 open files: %v, want ErrNoRoom", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(readHandle(t, h), parts[0]) {
+			t.Fatalf("file %d: wrong bytes", i)
+		}
+		held = append(held, h)
+		if b := files.Stats().Bytes; b > budget {
+			t.Fatalf("%d bytes held, budget %d", b, budget)
+		}
+	}
+	for _, h := range held {
+		h.Release()
+	}
+	// Released files wait idle up to budget/8; more room is taken from them.
+	for i := 12; i < 20; i++ {
+		pk, _ := putFiles(t, s, fmt.Sprintf("data/p/1/%d/tgb.pack", i), fileSize)
+		h, err := files.Open(ctx, pk, &pk.Files[0])
+		if err != nil {
+			t.Fatalf("file %d after every file was released: %v", i, err)
+		}
+		h.Release()
+		if b := files.Stats().Bytes; b > budget {
+			t.Fatalf("%d bytes held, budget %d", b, budget)
+		}
+	}
+	if b := files.Stats().Bytes; b > budget/8 {
+		t.Errorf("%d bytes held with no file open, want at most the idle cap %d", b, budget/8)
+	}
+}
+
+// TestPrefetchFilesOneGetPerRun: the prefetcher fetches a step's eligible
+// files into memfds, adjacent files in one GET; opening them afterwards
+// fetches nothing, and the block path still serves the small file.
+func TestPrefetchFilesOneGetPerRun(t *testing.T) {
+	s := newCounting()
+	c := newTestCache(t, s, 1024*testChunk)
+	files := c.UseFiles(FilesOptions{Budget: 512 * testChunk, MinSize: testChunk})
+	pk, parts := putFiles(t, s, "data/p/1/0/tgb.pack", 2*testChunk, 3*testChunk, 100, 2*testChunk)
+	st := &steps{packs: map[int64]*txn.Pack{0: pk}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	p.Touch(0, 0)
+	// f0 and f1 are adjacent (one GET); f3 follows the 100-byte f2, which
+	// the block path serves from the block it shares with f1 and f3.
+	waitUntil(t, func() bool { return files.Stats().Fills == 3 && c.Stats().PrefetchBytes == testChunk })
+	gets := s.gets.Load()
+	for _, i := range []int{0, 1, 3} {
+		h, err := files.Open(ctx, pk, &pk.Files[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(readHandle(t, h), parts[i]) {
+			t.Errorf("f%d: wrong bytes", i)
+		}
+		h.Release()
+	}
+	buf := make([]byte, 100)
+	if _, err := c.ReadAt(ctx, pk, buf, pk.Files[2].Off); err != nil || !bytes.Equal(buf, parts[2]) {
+		t.Fatalf("the small file through blocks: %v or wrong bytes", err)
+	}
+	if g := s.gets.Load(); g != gets {
+		t.Errorf("%d more GETs after the prefetch, want 0", g-gets)
+	}
+	if gets > 3 {
+		t.Errorf("%d GETs to prefetch 3 files (2 runs) and one shared block, want at most 3", gets)
+	}
+}
