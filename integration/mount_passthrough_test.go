@@ -282,7 +282,7 @@ func ptConcurrentReaders(t *testing.T, mnt string) int {
 				return
 			}
 			defer f.Close()
-			got, err := io.ReadAll(ptSized(f, 1+i*12289))
+			got, err := ptReadAllBy(f, 1+i*12289)
 			if err != nil || !bytes.Equal(got, want) {
 				errs <- fmt.Errorf("reader %d (step %d rank %d, %d-byte reads): %d bytes, %v; want the %d produced", i, step, rank, 1+i*12289, len(got), err, len(want))
 			}
@@ -299,22 +299,21 @@ func ptConcurrentReaders(t *testing.T, mnt string) int {
 	return readers
 }
 
-// sizedReader reads r with reads of exactly n bytes (io.ReadAll's own
-// growth would hide the read size).
-type sizedReader struct {
-	r io.Reader
-	n int
-}
-
-func ptSized(r io.Reader, n int) io.Reader { return &sizedReader{r, n} }
-
-func (s *sizedReader) Read(p []byte) (int, error) {
-	buf := make([]byte, s.n)
-	k, err := s.r.Read(buf)
-	if k > len(p) {
-		return 0, fmt.Errorf("read of %d bytes into %d", k, len(p))
+// ptReadAllBy reads r to EOF with reads of exactly n bytes (io.ReadAll's
+// own growing buffer would hide the read size).
+func ptReadAllBy(r io.Reader, n int) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, n)
+	for {
+		k, err := r.Read(buf)
+		out = append(out, buf[:k]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
 	}
-	return copy(p, buf[:k]), err
 }
 
 // TestMountPassthroughCorrupt: one byte of a committed pack flipped in a
@@ -383,8 +382,8 @@ func TestMountPassthroughCorrupt(t *testing.T) {
 	}
 }
 
-// TestMountPassthroughMemoryBound: 16 readers each open a different 8 MiB
-// file (128 MiB in all, four times the memory files' share of a 128 MiB
+// TestMountPassthroughMemoryBound: 16 readers each open a different 4 MiB
+// file (64 MiB in all, twice the memory files' share of a 128 MiB
 // --cache-size), read it whole and hold it open until all have. The
 // mount's peak RSS plus its peak bytes in memory files stays within
 // --cache-size + 128 MiB, and so do its RSS and memory-file bytes while
@@ -394,7 +393,7 @@ func TestMountPassthroughMemoryBound(t *testing.T) {
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
 	const (
-		size      = 8 << 20
+		size      = 4 << 20
 		readers   = 16
 		cacheSize = 128 << 20
 		bound     = cacheSize + 128<<20
@@ -723,7 +722,7 @@ func TestMountPassthroughOpenFileOutlivesReclaim(t *testing.T) {
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
 	l := ptProduce(t, url, txn.CreateOptions{Ranks: 2}, 4, ptFiles)
-	m := ptStart(t, bin, url, "--passthrough", "on", "--prefetch-steps", "0", "--idle-poll-interval", "50ms")
+	m := ptStart(t, bin, url, "--passthrough", "on", "--prefetch-steps", "0", "--poll-interval", "20ms", "--idle-poll-interval", "50ms")
 	var held []*os.File
 	for _, name := range []string{ptBig, ptSmall} {
 		f, err := os.Open(ptPath(m.mnt, 0, 1, name))
