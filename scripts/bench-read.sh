@@ -9,8 +9,9 @@
 # With PROFILE=1 it then takes a 5 s CPU profile of the mount while 4
 # readers read 300 steps of 4 MiB from versitygw (OUTDIR/mount.pprof).
 # STORES (s3 file) and SHAPES (4m small) narrow the grid. Run it on a
-# quiet machine:
-#   ../shared/tools/quiet -- scripts/bench-read.sh /tmp/read
+# quiet machine; on a shared one, QUIET (a command prefix) waits before
+# each configuration too:
+#   QUIET="../shared/tools/quiet -w 1800 --" ../shared/tools/quiet -- scripts/bench-read.sh /tmp/read
 set -euo pipefail
 out=${1:?usage: bench-read.sh OUTDIR}
 mkdir -p "$out"
@@ -32,8 +33,8 @@ run() { # store, shape, bench read flags...
 	local st=$1 shape=$2 url; shift 2
 	case $st in s3) url=$s3 ;; file) url="file://$work/file" ;; esac
 	echo "== $st $shape, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/$st-$shape.txt"
-	./bin/lakefs-bench read --store "$url" --ranks 4 --readers 1,4 --runs 3 "$@" | tee -a "$out/$st-$shape.txt"
-	./bin/lakefs-bench read --store "$url" --ranks 4 --readers 1,4 --runs 1 --json "$@" >/dev/null 2>&1 || true
+	${QUIET:-} ./bin/lakefs-bench read --store "$url" --ranks 4 --readers 1,4 --runs 3 "$@" 2>&1 | tee -a "$out/$st-$shape.txt"
+	echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/$st-$shape.txt"
 }
 for st in ${STORES:-s3 file}; do
 	for shape in ${SHAPES:-4m small}; do
@@ -45,11 +46,11 @@ for st in ${STORES:-s3 file}; do
 done
 if [ "${PROFILE:-0}" = 1 ]; then
 	maddr=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	./bin/lakefs-bench read --store "$s3" --ranks 4 --readers 4 --steps 300 --systems mount \
+	${QUIET:-} ./bin/lakefs-bench read --store "$s3" --ranks 4 --readers 4 --steps 300 --systems mount \
 		--mount-arg=--pprof --mount-arg=--metrics-addr=$maddr >"$out/profile-run.txt" &
 	bench=$!
 	# The mount starts once the stream is written; profile its reads.
-	until curl -sf "http://$maddr/metrics" >/dev/null; do sleep 0.05; done
+	for _ in $(seq 40000); do curl -sf "http://$maddr/metrics" >/dev/null && break; sleep 0.05; done
 	curl -sf -o "$out/mount.pprof" "http://$maddr/debug/pprof/profile?seconds=5"
 	wait "$bench"
 	go tool pprof -top -nodecount=25 bin/lakefs-mount "$out/mount.pprof" >"$out/mount-top.txt" 2>&1
