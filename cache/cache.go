@@ -40,9 +40,16 @@
 //     reference with tryAcquire, which fails on a block already at zero,
 //     so it never reads a buffer that was handed to another block.
 //
+//   - Whole files the passthrough path takes live in sealed memfds
+//     (Files, memfile.go), a quarter of the mount's --cache-size; their
+//     bytes are never also held as blocks: the prefetcher streams them
+//     into the memfd and fetches blocks only for the files the block path
+//     serves.
+//
 // # Lock order
 //
-// Prefetcher.mu, then Cache.mu, then Cache.closeMu. None is held during
+// Prefetcher.mu, then Cache.mu, then Cache.closeMu; Prefetcher.mu, then
+// Files.mu. None is held during
 // I/O; semaphores are acquired with no lock held.
 package cache
 

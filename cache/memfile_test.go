@@ -43,43 +43,57 @@ func readHandle(t testing.TB, h *Handle) []byte {
 	return b
 }
 
-// TestFilesServeExactBytesSealed: a file opened through Files is its
-// bytes exactly, in a memfd sealed against any change, and every file
-// fetched once however many open it at once.
-func TestFilesServeExactBytesSealed(t *testing.T) {
-	s := newCounting()
-	c := newTestCache(t, s, 256*testChunk)
-	files := c.UseFiles(FilesOptions{Budget: 128 * testChunk, MinSize: 1})
-	pk, parts := putFiles(t, s, "data/p/1/0/tgb.pack", 3*testChunk+17, 5, 2*testChunk)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for r := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			i := r % len(parts)
-			h, err := files.Open(ctx, pk, &pk.Files[i])
-			if err != nil {
-				t.Errorf("open %s: %v", pk.Files[i].Name, err)
-				return
-			}
-			defer h.Release()
-			if got := readHandle(t, h); !bytes.Equal(got, parts[i]) {
-				t.Errorf("%s: the memfd does not hold the file's bytes", pk.Files[i].Name)
-			}
-			seals, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_GET_SEALS, 0)
-			want := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
-			if err != nil || seals&want != want {
-				t.Errorf("%s: seals %#x (%v), want %#x", pk.Files[i].Name, seals, err, want)
-			}
-			if _, err := unix.Pwrite(h.Fd(), []byte{1}, 0); err == nil {
-				t.Errorf("%s: a write to the handed-out memfd succeeded", pk.Files[i].Name)
-			}
-		}()
+// TestFilesServeExactBytesFrozen: a file opened through Files is its
+// bytes exactly, in a file no fd can change (a sealed memfd, or a tmpfs
+// file only open read-only), each fetched once however many open it at
+// once; with both backings.
+func TestFilesServeExactBytesFrozen(t *testing.T) {
+	tmpfs := NewBacking(1 << 30)
+	if tmpfs.Kind() != "tmpfs" {
+		t.Fatalf("NewBacking made %s files; as root it makes a private tmpfs", tmpfs.Kind())
 	}
-	wg.Wait()
-	if g := s.gets.Load(); g != int64(len(parts)) {
-		t.Errorf("%d GETs for %d files opened by 16 readers, want one each", g, len(parts))
+	for _, b := range []*Backing{tmpfs, MemfdBacking()} {
+		t.Run(b.Kind(), func(t *testing.T) {
+			defer b.Close()
+			s := newCounting()
+			c := newTestCache(t, s, 256*testChunk)
+			files := c.UseFiles(FilesOptions{Budget: 128 * testChunk, MinSize: 1, Backing: b})
+			pk, parts := putFiles(t, s, "data/p/1/0/tgb.pack", 3*testChunk+17, 5, 2*testChunk)
+			var wg sync.WaitGroup
+			for r := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					checkFrozen(t, files, pk, r%len(parts), parts[r%len(parts)], b.Kind() == "memfd")
+				}()
+			}
+			wg.Wait()
+			if g := s.gets.Load(); g != int64(len(parts)) {
+				t.Errorf("%d GETs for %d files opened by 16 readers, want one each", g, len(parts))
+			}
+		})
+	}
+}
+
+func checkFrozen(t *testing.T, files *Files, pk *txn.Pack, i int, want []byte, sealed bool) {
+	h, err := files.Open(context.Background(), pk, &pk.Files[i])
+	if err != nil {
+		t.Errorf("open %s: %v", pk.Files[i].Name, err)
+		return
+	}
+	defer h.Release()
+	if got := readHandle(t, h); !bytes.Equal(got, want) {
+		t.Errorf("%s: the file does not hold its bytes", pk.Files[i].Name)
+	}
+	if sealed {
+		seals, err := unix.FcntlInt(uintptr(h.Fd()), unix.F_GET_SEALS, 0)
+		all := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
+		if err != nil || seals&all != all {
+			t.Errorf("%s: seals %#x (%v), want %#x", pk.Files[i].Name, seals, err, all)
+		}
+	}
+	if _, err := unix.Pwrite(h.Fd(), []byte{1}, 0); err == nil {
+		t.Errorf("%s: a write to the handed-out fd succeeded", pk.Files[i].Name)
 	}
 }
 

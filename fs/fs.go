@@ -58,7 +58,6 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -132,7 +131,7 @@ type Root struct {
 
 	// files, once set (SetPassthrough), serves the files it takes from
 	// memfds the kernel reads directly.
-	files                 atomic.Pointer[cache.Files]
+	files                 atomic.Pointer[passthroughBox]
 	opensMem, opensBlocks atomic.Int64
 
 	loadedMu sync.Mutex
@@ -594,8 +593,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		case err == nil:
 			f.r.opensMem.Add(1)
 			// The kernel reads the memfd; nothing to flush on close.
-			return &memHandle{h: h}, fuse.FOPEN_NOFLUSH, 0
-		case !errors.Is(err, cache.ErrNoRoom):
+			return &memHandle{f: h}, fuse.FOPEN_NOFLUSH, 0
+		case !errors.Is(err, ErrNoRoom):
 			return nil, 0, f.r.toErrno("open", f.path, err)
 		}
 	}
@@ -611,7 +610,7 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if h, ok := fh.(*memHandle); ok {
 		// The kernel did not take the memfd (passthrough refused after
 		// the probe): read it here.
-		n, err := h.h.ReadAt(dest[:min(int64(len(dest)), f.file.Size-off)], off)
+		n, err := h.f.ReadAt(dest[:min(int64(len(dest)), f.file.Size-off)], off)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, f.r.toErrno("read", f.path, err)
 		}
@@ -627,32 +626,6 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
-
-// memHandle is an open file served from a sealed memfd: the kernel reads
-// it directly (passthrough) while the handle is open.
-type memHandle struct {
-	h *cache.Handle
-}
-
-var (
-	_ gofs.FilePassthroughFder = (*memHandle)(nil)
-	_ gofs.FileReleaser        = (*memHandle)(nil)
-)
-
-func (m *memHandle) PassthroughFd() (int, bool) { return m.h.Fd(), true }
-
-func (m *memHandle) Release(context.Context) syscall.Errno {
-	m.h.Release()
-	return 0
-}
-
-// SetPassthrough makes files serve the files they take (Files.Eligible)
-// from memfds, for opens from now on.
-func (r *Root) SetPassthrough(files *cache.Files) { r.files.Store(files) }
-
-// Opens counts the files opened so far by path: memfd (passthrough) and
-// blocks.
-func (r *Root) Opens() (memfd, blocks int64) { return r.opensMem.Load(), r.opensBlocks.Load() }
 
 func writeFlags(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&(syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CREAT) != 0

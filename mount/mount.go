@@ -397,32 +397,43 @@ func (m *mounted) startPassthrough(server *fuse.Server) error {
 		m.log.Info("passthrough", "mode", mode, "active", false, "reason", "--passthrough off")
 		return nil
 	}
-	if err := probePassthrough(server); err != nil {
+	budget := m.opts.CacheSize / 4
+	backing, err := passthroughBacking(server, budget)
+	if err != nil {
 		if mode == PassthroughOn {
 			return fmt.Errorf("--passthrough on: %w", err)
 		}
 		m.log.Info("passthrough", "mode", mode, "active", false, "reason", err.Error())
 		return nil
 	}
-	files := m.cache.UseFiles(cache.FilesOptions{Budget: m.opts.CacheSize / 4, MinSize: PassthroughMinSize})
-	m.root.SetPassthrough(files)
-	m.log.Info("passthrough", "mode", mode, "active", true, "memfd_budget", m.opts.CacheSize/4, "min_file", PassthroughMinSize)
+	files := m.cache.UseFiles(cache.FilesOptions{Budget: budget, MinSize: PassthroughMinSize, Backing: backing})
+	m.root.SetPassthrough(memFiles{files})
+	m.log.Info("passthrough", "mode", mode, "active", true, "files", backing.Kind(), "budget", budget, "min_file", PassthroughMinSize)
 	return nil
 }
 
-// PassthroughMinSize: smaller files are served from blocks. A memfd costs
-// a few system calls and a backing-file registration per open, more than
-// reading a small file through this process.
-const PassthroughMinSize = 1 << 20
-
-// probePassthrough registers a memfd with the kernel as a backing file and
-// unregisters it: go-fuse turns passthrough off for the whole mount after
-// one failed registration, so it is tried on purpose before any reader's
-// open depends on it.
-func probePassthrough(server *fuse.Server) error {
-	fd, err := unix.MemfdCreate("lakefs:probe", unix.MFD_CLOEXEC)
+// passthroughBacking returns the backing whose files the kernel takes as
+// FUSE backing files: huge-page tmpfs files, else memfds. go-fuse turns
+// passthrough off for the whole mount after one failed registration, so
+// each is tried here on purpose, before any reader's open depends on it.
+func passthroughBacking(server *fuse.Server, budget int64) (*cache.Backing, error) {
+	b := cache.NewBacking(budget)
+	err := probeBacking(server, b)
+	if err != nil && b.Kind() != "memfd" {
+		b.Close()
+		b = cache.MemfdBacking()
+		err = probeBacking(server, b)
+	}
 	if err != nil {
-		return fmt.Errorf("memfd_create: %w", err)
+		return nil, err
+	}
+	return b, nil
+}
+
+func probeBacking(server *fuse.Server, b *cache.Backing) error {
+	fd, err := b.ProbeFile()
+	if err != nil {
+		return err
 	}
 	defer unix.Close(fd)
 	id, errno := server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
@@ -434,6 +445,25 @@ func probePassthrough(server *fuse.Server) error {
 	}
 	return nil
 }
+
+// memFiles is the cache's memfd files as the view's Passthrough.
+type memFiles struct{ *cache.Files }
+
+func (m memFiles) Open(ctx context.Context, p *txn.Pack, f *txn.File) (fs.MemFile, error) {
+	h, err := m.Files.Open(ctx, p, f)
+	if errors.Is(err, cache.ErrNoRoom) {
+		return nil, fmt.Errorf("%w: %w", fs.ErrNoRoom, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// PassthroughMinSize: smaller files are served from blocks. A memfd costs
+// a few system calls and a backing-file registration per open, more than
+// reading a small file through this process.
+const PassthroughMinSize = 1 << 20
 
 // serve runs the tailer, the heartbeat and the checkpoint watcher, says
 // the mount is ready, and waits until ctx ends (then unmounts) or the
