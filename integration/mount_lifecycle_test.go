@@ -48,6 +48,13 @@ func (s *mntSyncBuffer) String() string {
 
 func mntStartMount(t testing.TB, bin string, args ...string) *mntMountProc {
 	t.Helper()
+	return mntStartMountWith(t, bin, nil, args...)
+}
+
+// mntStartMountWith is mntStartMount with setup, if not nil, applied to
+// the command before it starts (e.g. to run it in namespaces).
+func mntStartMountWith(t testing.TB, bin string, setup func(*exec.Cmd), args ...string) *mntMountProc {
+	t.Helper()
 	// Readiness comes from --ready-fd (the child's fd 3), as mount/proc
 	// waits for it: the head file says nothing for an empty stream.
 	r, w, err := os.Pipe()
@@ -59,6 +66,9 @@ func mntStartMount(t testing.TB, bin string, args ...string) *mntMountProc {
 	stderr := &mntSyncBuffer{}
 	cmd.Stderr = stderr
 	cmd.Stdout = stderr
+	if setup != nil {
+		setup(cmd)
+	}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

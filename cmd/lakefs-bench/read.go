@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,10 +15,10 @@ import (
 )
 
 type benchReadOptions struct {
-	Store, Size, Readers, MountBin string
-	Steps, Ranks, Runs             int
-	MountArgs                      cli.StringSlice
-	JSON, Keep                     bool
+	Store, Size, Readers, MountBin, Systems string
+	Steps, Ranks, Runs, FilesPerRank        int
+	MountArgs                               cli.StringSlice
+	JSON, Keep                              bool
 }
 
 func benchReadCommand() *cli.Command {
@@ -24,28 +26,40 @@ func benchReadCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "read",
 		Usage:     "measure a kernel mount against reading the same bytes straight from the store",
-		UsageText: "lakefs-bench read --store URL [--steps 100 --ranks 4 --size 4MiB --readers 1,4 --runs 1 --json]",
-		Description: `Commits --steps TGBs of --ranks x one file of --size random bytes to a fresh
-stream under the store URL, then for each --readers count N reads ranks
-0..N-1 (one reader per rank, its steps in order, every file to EOF with
-1 MiB reads and its CRC32C checked) twice: through a lakefs-mount child
-process with its default flags (page cache dropped after mounting), and
-directly with the store client (one ranged GET per file). Prints one row
-per (system, readers): MB/s, p50/p95 ms per file, bytes fetched from the
-store and served to readers, the mount's peak RSS, and CPU seconds per GB
-(reader plus mount process). With --runs K each row is run K times and the
-run with the median MB/s is printed. Needs lakefs-mount next to this
-executable or on PATH, root and /dev/fuse.
+		UsageText: "lakefs-bench read --store URL [--steps 100 --ranks 4 --files-per-rank 1 --size 4MiB --readers 1,4 --runs 1 --systems ... --json]",
+		Description: `Commits --steps TGBs of --ranks x --files-per-rank files of --size random
+bytes to a fresh stream under the store URL (and stores each file again as
+an object of its own under plain/), then for each --readers count N reads
+ranks 0..N-1 (one reader per rank, its steps in order, every file to EOF
+with 1 MiB reads and its CRC32C checked) once per system, the page cache
+dropped before each:
+  direct        the store client, one ranged GET per file (the limit)
+  plain-get     one plain SDK GetObject per file's own object (file://: a
+                plain file read), nothing of Lakestream in the path
+  mount-blocks  a lakefs-mount child process with --passthrough off
+  mount         a lakefs-mount child process with its default flags
+Prints one row per (system, readers): the path the mount served opens by
+(passthrough, blocks or mixed), MB/s, files/s, p50/p95 ms per file, bytes
+fetched from the store and served to readers, GETs sent to the store, the
+mount's peak RSS and peak bytes in memory files (staged), and CPU seconds
+per GB (reader plus mount process); each mount row is followed by its
+ratios to direct and plain-get (JSON: vs_direct, vs_plain_get). With
+--runs K every system runs K times, interleaved, and the run with the
+median MB/s is printed. Needs lakefs-mount next to this executable or on
+PATH, root and /dev/fuse.
 
-Example:
-  lakefs-bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4`,
+Examples:
+  lakefs-bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4 --runs 3
+  lakefs-bench read --store file:///tmp/b --files-per-rank 256 --size 100KiB --steps 10`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.IntFlag{Name: "steps", Value: 100, Destination: &o.Steps, Usage: "steps committed"},
 			&cli.IntFlag{Name: "ranks", Value: 4, Destination: &o.Ranks, Usage: "ranks of the stream"},
-			&cli.StringFlag{Name: "size", Value: "4MiB", Destination: &o.Size, Usage: "bytes of each rank's file per step"},
+			&cli.IntFlag{Name: "files-per-rank", Value: 1, Destination: &o.FilesPerRank, Usage: "files of each rank per step"},
+			&cli.StringFlag{Name: "size", Value: "4MiB", Destination: &o.Size, Usage: "bytes of each file"},
 			&cli.StringFlag{Name: "readers", Value: "1,4", Destination: &o.Readers, Usage: "reader counts (one rank each, <= --ranks)"},
 			&cli.IntFlag{Name: "runs", Value: 1, Destination: &o.Runs, Usage: "runs per row; the median by MB/s is printed"},
+			&cli.StringFlag{Name: "systems", Value: strings.Join(bench.ReadSystems(), ","), Destination: &o.Systems, Usage: "rows to measure, comma-separated"},
 			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
 			&cli.StringSliceFlag{Name: "mount-arg", Destination: &o.MountArgs, Usage: "extra lakefs-mount flag (repeatable), e.g. --mount-arg=--ranks=0"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
@@ -70,14 +84,23 @@ func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error 
 		return flagval.Usage(err)
 	}
 	ro := bench.ReadOptions{
-		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, Size: size, Runs: o.Runs,
+		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, FilesPerRank: o.FilesPerRank, Size: size, Runs: o.Runs,
 		MountBin: o.MountBin, MountArgs: o.MountArgs.Value(), JSON: o.JSON, Keep: o.Keep,
 	}
 	if ro.Readers, err = flagval.ParseCounts("--readers", o.Readers, 1, txn.MaxRanks); err != nil {
 		return err
 	}
-	if o.Steps < 1 || o.Ranks < 1 || o.Runs < 1 {
-		return flagval.Usagef("--steps, --ranks and --runs must be at least 1")
+	if o.Steps < 1 || o.Ranks < 1 || o.Runs < 1 || o.FilesPerRank < 1 {
+		return flagval.Usagef("--steps, --ranks, --files-per-rank and --runs must be at least 1")
+	}
+	for _, sys := range strings.Split(o.Systems, ",") {
+		if sys = strings.TrimSpace(sys); sys == "" {
+			continue
+		}
+		if !slices.Contains(bench.ReadSystems(), sys) {
+			return flagval.Usagef("--systems: unknown system %q; use %s", sys, strings.Join(bench.ReadSystems(), ","))
+		}
+		ro.Systems = append(ro.Systems, sys)
 	}
 	return bench.Read(ctx, ro, stdout)
 }
