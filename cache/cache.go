@@ -411,13 +411,30 @@ func (c *Cache) blockLen(p *txn.Pack, i int) int64 {
 // how many it read: fewer only at the end of the pack. Every byte comes
 // from a verified block. The blocks a read spans are fetched in parallel.
 func (c *Cache) ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) (int, error) {
+	vec, release, err := c.ReadVec(ctx, p, off, int64(len(dst)))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range vec {
+		n += copy(dst[n:], b)
+	}
+	release()
+	return n, nil
+}
+
+// ReadVec returns up to n bytes of pack p at off as slices of verified
+// blocks, without copying them (fewer bytes only at the end of the pack),
+// and release, which the caller calls once it is done with the slices.
+// The blocks a read spans are fetched in parallel.
+func (c *Cache) ReadVec(ctx context.Context, p *txn.Pack, off, n int64) (vec [][]byte, release func(), err error) {
 	if off < 0 {
-		return 0, fmt.Errorf("read %s at negative offset %d", p.Key, off)
+		return nil, nil, fmt.Errorf("read %s at negative offset %d", p.Key, off)
 	}
-	if off >= p.Size || len(dst) == 0 {
-		return 0, nil
+	if off >= p.Size || n <= 0 {
+		return nil, func() {}, nil
 	}
-	end := min(off+int64(len(dst)), p.Size)
+	end := min(off+n, p.Size)
 	first, last := int(off/c.chunk), int((end-1)/c.chunk)
 	blocks := make([]*block, last-first+1)
 	errs := make([]error, len(blocks))
@@ -437,20 +454,26 @@ func (c *Cache) ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) 
 				c.release(b)
 			}
 		}
-		return 0, err
+		return nil, nil, err
 	}
-	n := 0
+	vec = make([][]byte, len(blocks))
+	var total int64
 	for k, b := range blocks {
 		i := first + k
 		lo := max(off-int64(i)*c.chunk, 0)
 		hi := min(end-int64(i)*c.chunk, int64(len(b.data)))
-		m := copy(dst[n:], b.data[lo:hi])
-		n += m
-		c.release(b)
-		c.markServed(blockKey{p.Key, p.Off, i}, int64(m))
+		vec[k] = b.data[lo:hi]
+		total += hi - lo
+		// The caller's reference keeps the buffer until release, even if
+		// the block leaves staging now.
+		c.markServed(blockKey{p.Key, p.Off, i}, hi-lo)
 	}
-	c.served.Add(int64(n))
-	return n, nil
+	c.served.Add(total)
+	return vec, func() {
+		for _, b := range blocks {
+			c.release(b)
+		}
+	}, nil
 }
 
 // block returns block i of p, verified, with a reference the caller

@@ -68,6 +68,46 @@ type Reader interface {
 	ReadAt(ctx context.Context, p *txn.Pack, dst []byte, off int64) (int, error)
 }
 
+// VecReader is a Reader that can hand out the bytes it holds without a
+// copy: the reply to the kernel is written straight from them.
+type VecReader interface {
+	// ReadVec returns up to n bytes of p at off, every byte verified, as
+	// slices valid until release is called.
+	ReadVec(ctx context.Context, p *txn.Pack, off, n int64) (vec [][]byte, release func(), err error)
+}
+
+// vecResult is a READ reply written to the kernel straight from cache
+// blocks (go-fuse writes a result with Slices with one writev and calls
+// Done after it).
+type vecResult struct {
+	vec     [][]byte
+	release func()
+}
+
+func (r *vecResult) Slices() ([][]byte, fuse.Status) { return r.vec, fuse.OK }
+
+func (r *vecResult) Size() int {
+	n := 0
+	for _, b := range r.vec {
+		n += len(b)
+	}
+	return n
+}
+
+// Bytes flattens the reply, for a server that does not write vectors.
+func (r *vecResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if len(r.vec) == 1 {
+		return r.vec[0], fuse.OK
+	}
+	buf = buf[:0]
+	for _, b := range r.vec {
+		buf = append(buf, b...)
+	}
+	return buf, fuse.OK
+}
+
+func (r *vecResult) Done() { r.release() }
+
 // Options configure the view.
 type Options struct {
 	View   *View
@@ -617,6 +657,17 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 		return fuse.ReadResultData(dest[:n]), 0
 	}
 	dest = dest[:min(int64(len(dest)), f.file.Size-off)]
+	if vr, ok := f.r.reader.(VecReader); ok {
+		vec, release, err := vr.ReadVec(ctx, f.pack, f.file.Off+off, int64(len(dest)))
+		if err != nil {
+			return nil, f.r.toErrno("read", f.path, err)
+		}
+		res := &vecResult{vec: vec, release: release}
+		if f.r.servedf != nil {
+			f.r.servedf(f.tgb.Step, res.Size())
+		}
+		return res, 0
+	}
 	n, err := f.r.reader.ReadAt(ctx, f.pack, dest, f.file.Off+off)
 	if err != nil {
 		return nil, f.r.toErrno("read", f.path, err)
