@@ -21,9 +21,19 @@ type PrefetchOptions struct {
 	// Pack returns a rank's pack (rank -1: the shared files; nil when
 	// none) of a committed step. It may fetch the step's index; it is
 	// called by the prefetcher's own goroutine, never under its lock.
-	Pack   func(ctx context.Context, step int64, rank int) (*txn.Pack, error)
-	Logger *slog.Logger
+	Pack func(ctx context.Context, step int64, rank int) (*txn.Pack, error)
+	// FillsPerRank bounds the memfd fills in flight, per rank being read
+	// (default DefaultFillsPerRank).
+	FillsPerRank int
+	Logger       *slog.Logger
 }
+
+// DefaultFillsPerRank: one file in flight per rank being read. Files
+// fetched side by side share the bandwidth and finish together, so a
+// reader waits for a burst of files and then reads several at once: with
+// 3 in flight the per-file p95 was about 3 times a lone GET's; fetched one
+// after another, each arrives as soon as it can.
+const DefaultFillsPerRank = 1
 
 // Prefetcher fetches, for the ranks this node's readers open, the step a
 // reader touches and the P steps after it into the cache, nearest step
@@ -54,6 +64,8 @@ type Prefetcher struct {
 	log       *slog.Logger
 	ctx       context.Context
 	kick      chan struct{} // wakes the scheduler; capacity 1
+	perRank   int           // memfd fills in flight per active rank
+	filling   atomic.Int64  // memfd fills in flight
 
 	last atomic.Pointer[touch] // last touch: Touch's fast path
 
@@ -100,8 +112,12 @@ func (c *Cache) NewPrefetcher(ctx context.Context, o PrefetchOptions) *Prefetche
 		log:       o.Logger,
 		ctx:       ctx,
 		kick:      make(chan struct{}, 1),
+		perRank:   o.FillsPerRank,
 		ranks:     map[int]int64{},
 		jobs:      map[int64]*job{},
+	}
+	if p.perRank <= 0 {
+		p.perRank = DefaultFillsPerRank
 	}
 	if p.depth > 0 {
 		go p.run()
@@ -289,6 +305,9 @@ func (p *Prefetcher) next() (work, bool) {
 		}
 		pk := best.packs[best.pi]
 		if files != nil && best.fi[best.pi] < len(pk.Files) {
+			if p.filling.Load() >= int64(p.perRank*max(1, len(p.activeRanksLocked()))) {
+				return work{}, false // a fill's end kicks the scheduler
+			}
 			run, bytes, next := files.nextRun(pk, best.fi[best.pi])
 			best.fi[best.pi] = next
 			if len(run) > 0 {
@@ -387,7 +406,7 @@ func (p *Prefetcher) run() {
 		}
 		var err error
 		if w.files != nil {
-			err = p.c.prefetchFiles(w)
+			err = p.prefetchFiles(w)
 		} else {
 			err = p.c.prefetch(w.j, w.blocks)
 		}
@@ -399,7 +418,8 @@ func (p *Prefetcher) run() {
 
 // prefetchFiles starts the GET of a run of files into memfds, once a GET
 // slot and room for the files are free.
-func (c *Cache) prefetchFiles(w work) error {
+func (p *Prefetcher) prefetchFiles(w work) error {
+	c := p.c
 	files := c.files.Load()
 	if err := c.slots.Acquire(w.j.ctx, 1); err != nil {
 		return err
@@ -408,7 +428,15 @@ func (c *Cache) prefetchFiles(w work) error {
 		c.slots.Release(1)
 		return err
 	}
-	files.start(w.j, w.pk, w.files, func() { c.slots.Release(1) })
+	p.filling.Add(1)
+	files.start(w.j, w.pk, w.files, func() {
+		c.slots.Release(1)
+		p.filling.Add(-1)
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	})
 	return nil
 }
 

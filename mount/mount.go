@@ -85,6 +85,9 @@ type Options struct {
 	ReadAhead int64
 	// Fetchers bounds concurrent prefetch GETs.
 	Fetchers int
+	// FillsPerRank bounds the passthrough files fetched at once per rank
+	// being read (0: cache.DefaultFillsPerRank).
+	FillsPerRank int
 	// Passthrough is PassthroughAuto (""), PassthroughOn or
 	// PassthroughOff: whether whole files are served from memfds the
 	// kernel reads directly.
@@ -318,10 +321,11 @@ func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, s
 	m.view = fs.NewView(fs.NewSnapshot(state))
 	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
-		Depth:     o.PrefetchSteps,
-		Committed: m.committed,
-		Pack:      m.pack,
-		Logger:    o.Logger,
+		Depth:        o.PrefetchSteps,
+		FillsPerRank: o.FillsPerRank,
+		Committed:    m.committed,
+		Pack:         m.pack,
+		Logger:       o.Logger,
 	})
 	m.root = fs.New(fs.Options{
 		View:        m.view,

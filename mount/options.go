@@ -96,6 +96,8 @@ func OptionTable() []Option {
 			}},
 		zeroIsDefault(intOption("fetchers", strconv.Itoa(cache.DefaultFetchers), false, func(o *Options) *int { return &o.Fetchers },
 			"concurrent prefetch GETs")),
+		hidden(zeroIsDefault(intOption("fills-per-rank", strconv.Itoa(cache.DefaultFillsPerRank), false, func(o *Options) *int { return &o.FillsPerRank },
+			"passthrough files fetched at once per rank being read (benchmarks)"))),
 		hidden(durationOption("store-latency", 0, false, func(o *Options) *time.Duration { return &o.StoreLatency },
 			"add this latency to every data GET (benchmarks: simulate a remote store)")),
 		boolOption("allow-other", func(o *Options) *bool { return &o.AllowOther },
