@@ -302,7 +302,7 @@ func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, s
 	}
 	m.cache = c
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
+	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) }, nodeSpan(o.Ranks, o.ViewRanks, l.Config.Ranks))
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
 		Depth:     o.PrefetchSteps,
 		Committed: m.committed,
