@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 )
@@ -18,12 +19,14 @@ import (
 // starts a little before it. Steps of one stream look alike (the same
 // files per rank), so the guess is usually right; when it falls short, a
 // second GET fetches the sections asked for. Either way the bytes are
-// checked as ReadIndex checks them.
+// checked as ReadIndex checks them. What is kept (for the steps a loader
+// holds) is the sections of lo..hi and the shared files' section, not the
+// span: the span's bytes are transfer, not memory.
 
 // maxIndexSpan bounds the bytes one span GET may fetch. Past it (a node of
 // low ranks in a stream with large sections) the table is fetched alone and
 // then the sections of lo..hi in one more GET.
-const maxIndexSpan = 1 << 20
+const maxIndexSpan = 4 << 20
 
 // SpanGuessUnknown asks ReadIndexSpan to assume equal sections (the first
 // step a node reads).
@@ -56,7 +59,11 @@ func (l *Log) ReadIndexSpan(ctx context.Context, t *TGB, lo, hi int, guess float
 	}
 	first, last := ix.table.Ranks[lo], ix.table.Ranks[hi]
 	next := float64(first.Sec-o.Data) / float64(max(1, o.Table-o.Data))
-	if first.Sec >= from || wide {
+	if wide {
+		return ix, next, nil
+	}
+	if first.Sec >= from {
+		ix.keep(first.Sec, last.Sec+last.Len)
 		return ix, next, nil
 	}
 	// The guess fell short (or the span was too large to guess at): fetch
@@ -94,4 +101,17 @@ func spanStart(o *Object, lo, hi, ranks int, guess float64) (from int64, wide bo
 		return o.Table, false
 	}
 	return from, false
+}
+
+// keep trims what the index holds to the sections [from, to) (copied, so
+// the span's buffer is let go) and the shared files' section, when raw
+// holds them.
+func (ix *Index) keep(from, to int64) {
+	end := ix.raw0 + int64(len(ix.raw))
+	if sh := ix.table.Shared; sh != nil && sh.Sec >= ix.raw0 && sh.Sec+sh.Len <= end {
+		ix.shared = bytes.Clone(ix.raw[sh.Sec-ix.raw0 : sh.Sec+sh.Len-ix.raw0])
+	}
+	if from >= ix.raw0 && to <= end {
+		ix.raw, ix.raw0 = bytes.Clone(ix.raw[from-ix.raw0:to-ix.raw0]), from
+	}
 }

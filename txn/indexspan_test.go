@@ -93,6 +93,27 @@ func TestIndexSpanOneGET(t *testing.T) {
 	next = checkSpan(t, l, c, tgb3, 8, 15, next, 2)
 	tgb4, _ := commitOne(t, l, b)
 	checkSpan(t, l, c, tgb4, 8, 15, next, 1)
+
+	// Shared (step-level) files: their section, right before the table,
+	// comes with the span too (a step directory lists them first).
+	b = spanBatch(ranks, 24, -1, 0)
+	b.Shared = []FileSource{objFile(99, 1, 100), objFile(99, 2, 5)}
+	tgb5, _ := commitOne(t, l, b)
+	before := c.gets.Load()
+	ix, _, err := l.ReadIndexSpan(t.Context(), tgb5, 8, 15, SpanGuessUnknown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := ix.Pack(t.Context(), l.Store, -1)
+	if err != nil || sh == nil || len(sh.Files) != 2 {
+		t.Fatalf("shared files through the span: %+v, %v", sh, err)
+	}
+	if n := c.gets.Load() - before; n != 1 {
+		t.Fatalf("table, 8 sections and the shared files' section: %d GETs, want 1", n)
+	}
+	if want, _ := l.Pack(t.Context(), tgb5, -1); !reflect.DeepEqual(sh, want) {
+		t.Fatalf("shared files through the span: %+v, want %+v", sh, want)
+	}
 }
 
 // TestIndexSpanWide: ranks whose sections alone exceed maxIndexSpan (a
@@ -102,7 +123,7 @@ func TestIndexSpanOneGET(t *testing.T) {
 func TestIndexSpanWide(t *testing.T) {
 	const ranks = 1024
 	l, c := objTestLog(t, ranks, 64<<10)
-	tgb, _ := commitOne(t, l, spanBatch(ranks, 24, -1, 0))
+	tgb, _ := commitOne(t, l, spanBatch(ranks, 80, -1, 0))
 	if n := tgb.Object.Table - tgb.Object.Data; n <= maxIndexSpan {
 		t.Fatalf("sections of %d bytes; the test needs more than %d", n, maxIndexSpan)
 	}

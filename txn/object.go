@@ -389,6 +389,9 @@ type Index struct {
 	// with the table (small indexes).
 	raw  []byte
 	raw0 int64
+	// shared holds the shared files' section when a span read kept it
+	// apart from raw (ReadIndexSpan).
+	shared []byte
 }
 
 // ReadIndex fetches and checks a TGB's table (and, for a small index,
@@ -471,7 +474,9 @@ func (ix *Index) Pack(ctx context.Context, s store.Store, r int) (*Pack, error) 
 		e = ix.table.Ranks[r]
 	}
 	var raw []byte
-	if ix.raw != nil && e.Sec >= ix.raw0 && e.Sec+e.Len <= ix.raw0+int64(len(ix.raw)) {
+	if r < 0 && ix.shared != nil {
+		raw = ix.shared
+	} else if ix.raw != nil && e.Sec >= ix.raw0 && e.Sec+e.Len <= ix.raw0+int64(len(ix.raw)) {
 		raw = ix.raw[e.Sec-ix.raw0 : e.Sec-ix.raw0+e.Len]
 	} else {
 		var err error
