@@ -128,9 +128,9 @@ func (r *CostRow) price() {
 // costBuild is one build's mounts, proxy and readers' sightings.
 type costBuild struct {
 	name, tag, bin string // tag names its node ids
-	proxy     *countingProxy
-	url       string
-	mounts    []*mountProc
+	proxy          *countingProxy
+	url            string
+	mounts         []*mountProc
 
 	mu   sync.Mutex
 	seen []float64 // GUARDED_BY(mu): ms from commit to a waiting reader's first byte
