@@ -170,8 +170,7 @@ const maxSingleReads = 4
 // poll reads the versions after the state's and applies them; it returns
 // how many it applied.
 func (f *follower) poll(ctx context.Context) (int, error) {
-	now := f.now()
-	if !f.cad.known() || now.Sub(f.lastRefresh) > fullRefreshEvery || now.Sub(f.st.Time) > fullRefreshEvery {
+	if f.fullRefresh(f.now()) {
 		return f.refresh(ctx, 0)
 	}
 	n := 0
@@ -197,6 +196,14 @@ func (f *follower) poll(ctx context.Context) (int, error) {
 		}
 	}
 	return f.refresh(ctx, n)
+}
+
+// fullRefresh reports whether the next poll is a full txn.Log.Refresh:
+// the cadence is unknown, the last full refresh was long ago, or the
+// newest version is old (an idle stream: Refresh checks that gc did not
+// cut the log under it).
+func (f *follower) fullRefresh(now time.Time) bool {
+	return !f.cad.known() || now.Sub(f.lastRefresh) > fullRefreshEvery || now.Sub(f.st.Time) > fullRefreshEvery
 }
 
 // refresh runs a full Refresh after n versions already applied by this

@@ -285,3 +285,34 @@ func TestFollowerBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFollowerFullRefresh: the follower reads one version at a time only
+// while the cadence is known, a full refresh ran within the last
+// fullRefreshEvery and the newest version is younger than that; else it
+// runs txn.Log.Refresh (whose own checks guard an old state against a log
+// cut by gc).
+func TestFollowerFullRefresh(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := &follower{st: &txn.State{}}
+	for i := range 4 {
+		commit := now.Add(time.Duration(i-4) * time.Second)
+		f.cad.observe(commit, commit, 1)
+	}
+	f.st.Time, f.lastRefresh = now.Add(-time.Second), now.Add(-time.Minute)
+	if f.fullRefresh(now) {
+		t.Fatal("known cadence, recent refresh and version: a full refresh")
+	}
+	for name, edit := range map[string]func(*follower){
+		"cadence unknown":  func(f *follower) { f.cad = cadence{} },
+		"refresh long ago": func(f *follower) { f.lastRefresh = now.Add(-fullRefreshEvery - time.Second) },
+		"old version":      func(f *follower) { f.st.Time = now.Add(-fullRefreshEvery - time.Second) },
+	} {
+		g := *f
+		st := *f.st
+		g.st = &st
+		edit(&g)
+		if !g.fullRefresh(now) {
+			t.Errorf("%s: no full refresh", name)
+		}
+	}
+}

@@ -397,7 +397,7 @@ func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.S
 	stop()
 	wg.Wait()
 	// A stopped consumer holds back nobody: without this, gc and --max-lead
-	// producers waited for it until its heartbeat went stale (2 minutes).
+	// producers waited for it until its heartbeat went stale (txn.ConsumerTimeout).
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	if err := m.store.Delete(dctx, txn.HeartbeatKey(o.NodeID)); err != nil {
 		m.log.Warn("deleting the heartbeat failed; it goes stale in "+txn.ConsumerTimeout.String(), "key", txn.HeartbeatKey(o.NodeID), "err", err)
