@@ -18,27 +18,80 @@ import (
 	"github.com/lakestream/lakestream/txn"
 )
 
-// heartbeat writes the heartbeat every interval until ctx ends.
+// Heartbeats when they matter. gc and --max-lead producers read a node's
+// position from its heartbeat, and a heartbeat older than
+// txn.ConsumerTimeout (3 min) counts as gone. While the head moves, a
+// position up to a minute old costs little: gc keeps a minute of steps
+// more, and the newest commits are far above any retained checkpoint. It
+// matters when the head stands still while the node reads on: producers
+// may be waiting for it (--max-lead). So the heartbeat is written
+//   - at start, and after a failed write, every HeartbeatInterval;
+//   - when the position moved since the last write while the head has not
+//     moved for half a HeartbeatInterval;
+//   - else once per heartbeatRefresh (6 x HeartbeatInterval, at most a
+//     minute: a third of the consumer timeout);
+// and never twice within HeartbeatInterval. Checking costs no request: the
+// check runs five times per HeartbeatInterval, the writes (a HEAD of
+// _stream.json and a PUT) only when due.
+
+// heartbeatPolicy decides when the heartbeat is written. It is owned by
+// the heartbeat goroutine.
+type heartbeatPolicy struct {
+	interval, refresh time.Duration
+	wrote, tried      time.Time // last success, last attempt
+	failed            bool      // the last attempt failed
+	step              int64     // the position written last
+	head              int64     // the head seen at the last check
+	headSince         time.Time // when the head last changed
+}
+
+// heartbeatRefresh is the longest time between writes at interval: six
+// intervals, at most a minute, at least one interval.
+func heartbeatRefresh(interval time.Duration) time.Duration {
+	return max(interval, min(6*interval, time.Minute))
+}
+
+// due reports whether to write now, with the node at step and the head at
+// head (-1: none).
+func (p *heartbeatPolicy) due(now time.Time, step, head int64) bool {
+	if head != p.head || p.headSince.IsZero() {
+		p.head, p.headSince = head, now
+	}
+	switch {
+	case !p.tried.IsZero() && now.Sub(p.tried) < p.interval:
+		return false
+	case p.wrote.IsZero() || p.failed:
+		return true
+	case now.Sub(p.wrote) >= p.refresh:
+		return true
+	}
+	return step != p.step && now.Sub(p.headSince) >= p.interval/2
+}
+
+// done records a write attempt at now of position step.
+func (p *heartbeatPolicy) done(now time.Time, step int64, err error) {
+	p.tried, p.failed = now, err != nil
+	if err == nil {
+		p.wrote, p.step = now, step
+	}
+}
+
+// heartbeat writes the heartbeat when it is due (heartbeatPolicy) until
+// ctx ends.
 func (m *mounted) heartbeat(ctx context.Context) {
-	t := time.NewTicker(m.opts.HeartbeatInterval)
+	p := &heartbeatPolicy{interval: m.opts.HeartbeatInterval, refresh: heartbeatRefresh(m.opts.HeartbeatInterval)}
+	t := time.NewTicker(max(m.opts.HeartbeatInterval/5, time.Millisecond))
 	defer t.Stop()
 	lastErr := ""
 	for {
-		err := m.writeHeartbeat(ctx)
-		if err != nil && ctx.Err() == nil {
-			m.heartbeatFailures.Add(1)
+		head, ok := m.view.Load().Head()
+		if !ok {
+			head = -1
 		}
-		switch {
-		case err != nil && ctx.Err() == nil && err.Error() != lastErr && errors.Is(err, errStreamGone):
-			m.log.Error("the stream is gone from the store (was its directory or prefix deleted?); serving the last good state, writing no heartbeat until it is back",
-				"store", store.Redact(m.opts.Store), "err", err)
-			lastErr = err.Error()
-		case err != nil && ctx.Err() == nil && err.Error() != lastErr:
-			m.log.Warn("writing the heartbeat failed; will retry", "key", txn.HeartbeatKey(m.opts.NodeID), "err", err)
-			lastErr = err.Error()
-		case err == nil && lastErr != "":
-			m.log.Info("heartbeat written again", "key", txn.HeartbeatKey(m.opts.NodeID))
-			lastErr = ""
+		if step := m.highest.Load(); p.due(time.Now(), step, head) {
+			err := m.writeHeartbeat(ctx)
+			p.done(time.Now(), step, err)
+			lastErr = m.logHeartbeat(ctx, err, lastErr)
 		}
 		select {
 		case <-ctx.Done():
@@ -46,6 +99,27 @@ func (m *mounted) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// logHeartbeat counts and logs a write's outcome, each distinct failure
+// once; it returns the failure now logged ("" after a success).
+func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) string {
+	if err != nil && ctx.Err() == nil {
+		m.heartbeatFailures.Add(1)
+	}
+	switch {
+	case err != nil && ctx.Err() == nil && err.Error() != lastErr && errors.Is(err, errStreamGone):
+		m.log.Error("the stream is gone from the store (was its directory or prefix deleted?); serving the last good state, writing no heartbeat until it is back",
+			"store", store.Redact(m.opts.Store), "err", err)
+		return err.Error()
+	case err != nil && ctx.Err() == nil && err.Error() != lastErr:
+		m.log.Warn("writing the heartbeat failed; will retry", "key", txn.HeartbeatKey(m.opts.NodeID), "err", err)
+		return err.Error()
+	case err == nil && lastErr != "":
+		m.log.Info("heartbeat written again", "key", txn.HeartbeatKey(m.opts.NodeID))
+		return ""
+	}
+	return lastErr
 }
 
 // errStreamGone: the store no longer holds the stream's _stream.json.

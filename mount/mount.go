@@ -5,8 +5,8 @@
 //
 // # Ownership
 //
-// The tailer goroutine owns the *txn.State (Load once, then Refresh every
-// poll interval) and is the only publisher of fs snapshots; everything
+// The tailer goroutine owns the *txn.State (Load once, then polls on the
+// commit cadence, cadence.go) and is the only publisher of fs snapshots; everything
 // else reads the published immutable snapshot. Counters shared between
 // goroutines are atomics.
 //
@@ -67,10 +67,13 @@ type Options struct {
 	// Wait is how long a lookup of a step not yet committed blocks.
 	Wait time.Duration
 	// PollInterval is how often the manifest log is checked for new
-	// versions while someone needs them: a lookup waits for a step not
+	// versions while someone needs them (a lookup waits for a step not
 	// committed yet, or a reader has just read within a few steps of the
-	// head. IdlePollInterval applies otherwise, so that thousands of idle
-	// or lagging nodes cost the store little.
+	// head) and the commit cadence is not known yet; once it is, the log
+	// is read just after each version is due, and after a miss at most
+	// 4 x PollInterval later (cadence.go). IdlePollInterval applies when
+	// nobody needs new steps, so that thousands of idle or lagging nodes
+	// cost the store little.
 	PollInterval     time.Duration
 	IdlePollInterval time.Duration
 	// NodeID names this node's heartbeat, _consumers/<node-id>.json.
@@ -319,7 +322,7 @@ func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, s
 	}
 	m.cache = c
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) })
+	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) }, nodeSpan(o.Ranks, o.ViewRanks, l.Config.Ranks))
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
 		Depth:        o.PrefetchSteps,
 		FillsPerRank: o.FillsPerRank,
@@ -494,7 +497,7 @@ func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.S
 	stop()
 	wg.Wait()
 	// A stopped consumer holds back nobody: without this, gc and --max-lead
-	// producers waited for it until its heartbeat went stale (2 minutes).
+	// producers waited for it until its heartbeat went stale (txn.ConsumerTimeout).
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	if err := m.store.Delete(dctx, txn.HeartbeatKey(o.NodeID)); err != nil {
 		m.log.Warn("deleting the heartbeat failed; it goes stale in "+txn.ConsumerTimeout.String(), "key", txn.HeartbeatKey(o.NodeID), "err", err)
@@ -610,32 +613,33 @@ func (m *mounted) awaited(n int64) {
 	}
 }
 
-// tail refreshes the state and publishes each change. It polls every
-// PollInterval while there is demand (pollInterval), at once (at most once
-// per PollInterval) when a lookup asks for a step past the head, and every
-// IdlePollInterval otherwise.
+// tail refreshes the state and publishes each change. While readers want
+// new steps (demand) it polls on the commit cadence (cadence.go), else
+// every IdlePollInterval. A lookup of a step past the head (Wanted) brings
+// the next poll forward to the demand schedule, never before it: the
+// version is not due earlier.
 func (m *mounted) tail(ctx context.Context) {
-	timer := time.NewTimer(m.pollInterval())
+	f := &follower{log: m.txlog, st: m.state, now: time.Now}
+	last := time.Now() // the state was just loaded
+	at := m.nextPoll(f, last)
+	timer := time.NewTimer(time.Until(at))
 	defer timer.Stop()
-	var last time.Time
 	lastErr := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
 		case <-m.view.Wanted():
-			if early := m.opts.PollInterval - time.Since(last); early > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(early):
-				}
+			if want := f.cad.next(last, m.opts.PollInterval); want.Before(at) {
+				at = want
+				timer.Reset(time.Until(at))
 			}
+			continue
+		case <-timer.C:
 		}
 		last = time.Now()
 		m.polls.Add(1)
-		n, err := m.txlog.Refresh(ctx, m.state)
+		n, err := f.poll(ctx)
 		m.refreshFailing.Store(err != nil && ctx.Err() == nil)
 		if n > 0 {
 			m.publish()
@@ -654,22 +658,24 @@ func (m *mounted) tail(ctx context.Context) {
 			m.log.Info("manifest refresh works again", "version", m.state.Version)
 			lastErr = ""
 		}
-		timer.Reset(m.pollInterval())
+		at = m.nextPoll(f, last)
+		timer.Reset(time.Until(at))
 	}
 }
 
-// pollInterval is PollInterval while there is demand for new steps: a
-// lookup is waiting for one, or a reader read within nearSteps of the head
-// in the last nearRecent; IdlePollInterval otherwise.
-func (m *mounted) pollInterval() time.Duration {
+// nextPoll is when to poll after the poll at last: on the cadence while
+// there is demand (a lookup is waiting for a step, or a reader read within
+// nearSteps of the head in the last nearRecent), else after
+// IdlePollInterval.
+func (m *mounted) nextPoll(f *follower, last time.Time) time.Time {
 	if m.view.Waiting() {
-		return m.opts.PollInterval
+		return f.cad.next(last, m.opts.PollInterval)
 	}
 	next := m.view.Load().Next()
 	if m.highest.Load() >= next-nearSteps && time.Since(time.Unix(0, m.lastRead.Load())) < nearRecent {
-		return m.opts.PollInterval
+		return f.cad.next(last, m.opts.PollInterval)
 	}
-	return m.opts.IdlePollInterval
+	return last.Add(m.opts.IdlePollInterval)
 }
 
 func (m *mounted) publish() {

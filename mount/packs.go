@@ -16,12 +16,17 @@ import (
 // node's metadata follows the ranks it reads, not the ranks of the
 // stream. A failed load is not kept: the next call tries again.
 //
+// A node showing a few adjacent ranks (--ranks) fetches each step's index
+// as one span: the table and its ranks' sections in one GET
+// (txn.ReadIndexSpan), whichever rank is asked for first.
+//
 // Lock order: mu only; no I/O under it.
 type packLoader struct {
 	log *txn.Log
 	// step returns a live step's TGB (read-ahead only looks at those).
 	step  func(n int64) (*txn.TGB, bool)
 	ahead chan struct{} // semaphore of read-ahead loads
+	span  rankSpan      // the stream ranks whose sections come with the table
 
 	mu      sync.Mutex
 	steps   map[int64]*stepPacks // GUARDED_BY(mu)
@@ -29,6 +34,33 @@ type packLoader struct {
 	// recent indexes (tables), so the ranks of one step read together
 	// share one fetch of its table; a few steps' worth, no more.
 	indexes []*stepPacks // GUARDED_BY(mu): stepPacks whose ix is set, oldest first
+	guess   float64      // GUARDED_BY(mu): where span.lo's section started last
+}
+
+// rankSpan is the stream ranks lo..hi a node shows; ok is false when it
+// shows every rank (no --ranks): its readers' ranks are not known ahead,
+// so the table comes alone and each section asked for after it.
+type rankSpan struct {
+	lo, hi int
+	ok     bool
+}
+
+// nodeSpan is the span of the stream ranks behind the shown ranks (ranks
+// of the view when viewRanks > 0: view rank v holds stream ranks
+// v*k..(v+1)*k-1, k = streamRanks/viewRanks).
+func nodeSpan(ranks []int, viewRanks, streamRanks int) rankSpan {
+	if len(ranks) == 0 || streamRanks <= 0 {
+		return rankSpan{}
+	}
+	k := 1
+	if viewRanks > 0 {
+		k = streamRanks / viewRanks
+	}
+	lo, hi := slices.Min(ranks)*k, (slices.Max(ranks)+1)*k-1
+	if lo < 0 || hi >= streamRanks {
+		return rankSpan{}
+	}
+	return rankSpan{lo: lo, hi: hi, ok: true}
 }
 
 // Metadata read-ahead: loading rank r of step n (for a reader) also loads
@@ -59,8 +91,8 @@ type loading struct {
 // table holds about 60 B per rank (some 60 KiB for 1,024 ranks).
 const recentIndexes = 2 * metaAhead
 
-func newPackLoader(l *txn.Log, step func(int64) (*txn.TGB, bool)) *packLoader {
-	return &packLoader{log: l, step: step, ahead: make(chan struct{}, metaLoads),
+func newPackLoader(l *txn.Log, step func(int64) (*txn.TGB, bool), span rankSpan) *packLoader {
+	return &packLoader{log: l, step: step, ahead: make(chan struct{}, metaLoads), span: span, guess: txn.SpanGuessUnknown,
 		steps: map[int64]*stepPacks{}, walking: map[int]bool{}}
 }
 
@@ -173,7 +205,7 @@ func (pl *packLoader) index(ctx context.Context, sp *stepPacks) (*txn.Index, err
 	}
 	pl.mu.Unlock()
 	if mine {
-		ix, err := pl.log.ReadIndex(ctx, sp.tgb)
+		ix, err := pl.readIndex(ctx, sp.tgb)
 		ld.val, ld.err = ix, err
 		pl.mu.Lock()
 		if err != nil {
@@ -195,6 +227,23 @@ func (pl *packLoader) index(ctx context.Context, sp *stepPacks) (*txn.Index, err
 		return nil, ld.err
 	}
 	return ld.val.(*txn.Index), nil
+}
+
+// readIndex reads t's index: the node's span with it when known.
+func (pl *packLoader) readIndex(ctx context.Context, t *txn.TGB) (*txn.Index, error) {
+	if !pl.span.ok {
+		return pl.log.ReadIndex(ctx, t)
+	}
+	pl.mu.Lock()
+	guess := pl.guess
+	pl.mu.Unlock()
+	ix, next, err := pl.log.ReadIndexSpan(ctx, t, pl.span.lo, pl.span.hi, guess)
+	if err == nil {
+		pl.mu.Lock()
+		pl.guess = next
+		pl.mu.Unlock()
+	}
+	return ix, err
 }
 
 // trimLocked keeps the loader's memory a window: with more than

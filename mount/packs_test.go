@@ -2,6 +2,7 @@ package mount
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,7 +49,7 @@ func TestPackLoader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := newPackLoader(l, st.Step)
+	pl := newPackLoader(l, st.Step, rankSpan{})
 
 	cs.gets.Store(0)
 	var wg sync.WaitGroup
@@ -106,5 +107,72 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPackLoaderSpan: a node showing ranks 8-15 of a 64-rank stream whose
+// index is fetched in parts (over 64 KiB) reads a step's table and its 8
+// ranks' sections in one GET, whichever rank is opened first; without
+// --ranks it takes the table and a GET per section (9).
+func TestPackLoaderSpan(t *testing.T) {
+	ctx := t.Context()
+	cs := &rangeCounter{Store: store.NewMem()}
+	const ranks = 64
+	l, err := txn.Create(ctx, cs, txn.CreateOptions{Ranks: ranks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txntest.Batches(2, func(int) txn.Batch {
+		b := txn.Batch{Ranks: make([][]txn.FileSource, ranks)}
+		for r := range b.Ranks {
+			for f := range 24 {
+				b.Ranks[r] = append(b.Ranks[r], txn.BytesFile(fmt.Sprintf("sample-%03d.bin", f), []byte{byte(r), byte(f)}))
+			}
+		}
+		return b
+	})...)
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		span rankSpan
+		want int64
+	}{
+		{nodeSpan([]int{8, 9, 10, 11, 12, 13, 14, 15}, 0, ranks), 1},
+		{nodeSpan([]int{1}, 8, ranks), 1}, // view rank 1 of 8: stream ranks 8-15
+		{rankSpan{}, 1 + 8},
+	} {
+		// Step 1 is the head: no read-ahead after it.
+		pl := newPackLoader(l, st.Step, c.span)
+		cs.gets.Store(0)
+		for _, r := range []int{12, 8, 15, 9, 10, 11, 13, 14} {
+			pk, err := pl.Pack(ctx, st.Steps[1], r)
+			if err != nil || len(pk.Files) != 24 || pk.Files[0].Size != 2 {
+				t.Fatalf("span %+v, rank %d: %+v, %v", c.span, r, pk, err)
+			}
+		}
+		if g := cs.gets.Load(); g != c.want {
+			t.Errorf("span %+v: %d GETs for a step's 8 ranks, want %d", c.span, g, c.want)
+		}
+	}
+}
+
+// TestNodeSpan: the stream ranks behind --ranks and --view-ranks.
+func TestNodeSpan(t *testing.T) {
+	for _, c := range []struct {
+		ranks        []int
+		view, stream int
+		span         rankSpan
+	}{
+		{nil, 0, 64, rankSpan{}},
+		{[]int{3}, 0, 64, rankSpan{3, 3, true}},
+		{[]int{15, 8, 9}, 0, 64, rankSpan{8, 15, true}},
+		{[]int{0, 63}, 0, 64, rankSpan{0, 63, true}},
+		{[]int{1, 2}, 16, 64, rankSpan{4, 11, true}},
+	} {
+		if got := nodeSpan(c.ranks, c.view, c.stream); got != c.span {
+			t.Errorf("nodeSpan(%v, view %d, %d ranks) = %+v, want %+v", c.ranks, c.view, c.stream, got, c.span)
+		}
 	}
 }

@@ -36,8 +36,10 @@ type Heartbeat struct {
 func HeartbeatKey(nodeID string) string { return ConsumerDir + nodeID + ".json" }
 
 // ConsumerTimeout is how old a heartbeat may be and still count as a live
-// consumer for back-pressure.
-const ConsumerTimeout = 2 * time.Minute
+// consumer for back-pressure, gc and status: three times the longest a
+// mount goes between heartbeats (a minute, while the head moves), so
+// two lost writes in a row do not make a live consumer look gone.
+const ConsumerTimeout = 3 * time.Minute
 
 // Consumers reads the mounts' heartbeats, sorted by node id. Unreadable
 // heartbeats are skipped: a consumer must never stop a producer.

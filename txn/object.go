@@ -389,6 +389,9 @@ type Index struct {
 	// with the table (small indexes).
 	raw  []byte
 	raw0 int64
+	// shared holds the shared files' section when a span read kept it
+	// apart from raw (ReadIndexSpan).
+	shared []byte
 }
 
 // ReadIndex fetches and checks a TGB's table (and, for a small index,
@@ -406,11 +409,19 @@ func (l *Log) ReadIndex(ctx context.Context, t *TGB) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.decodeIndex(t, raw, from)
+}
+
+// decodeIndex checks and decodes the table at the end of raw, the bytes
+// [from, tableEnd) of t's object.
+func (l *Log) decodeIndex(t *TGB, raw []byte, from int64) (*Index, error) {
+	o := t.Object
 	ix := &Index{obj: o, cfg: &l.Config, raw: raw, raw0: from}
 	tb := raw[o.Table-from:]
 	if got := CRC32C(tb); got != o.TableCRC {
 		return nil, fmt.Errorf("%w: object %s: table CRC32C %08x, the log says %08x", ErrCorrupt, o.Key, got, o.TableCRC)
 	}
+	var err error
 	if ix.table, err = decodeTable(tb); err != nil {
 		return nil, fmt.Errorf("%w: object %s: table: %v", ErrCorrupt, o.Key, err)
 	}
@@ -463,7 +474,9 @@ func (ix *Index) Pack(ctx context.Context, s store.Store, r int) (*Pack, error) 
 		e = ix.table.Ranks[r]
 	}
 	var raw []byte
-	if ix.raw != nil && e.Sec >= ix.raw0 {
+	if r < 0 && ix.shared != nil {
+		raw = ix.shared
+	} else if ix.raw != nil && e.Sec >= ix.raw0 && e.Sec+e.Len <= ix.raw0+int64(len(ix.raw)) {
 		raw = ix.raw[e.Sec-ix.raw0 : e.Sec-ix.raw0+e.Len]
 	} else {
 		var err error

@@ -20,6 +20,10 @@ type benchScaleOptions struct {
 	ReadRanks                        int
 	Window                           time.Duration
 	JSON, Keep                       bool
+
+	Cost                 bool
+	CompareMountBin      string
+	CostNodes, CostRanks int
 }
 
 func benchScaleCommand() *cli.Command {
@@ -41,8 +45,20 @@ front of an s3:// endpoint; not counted on file://), and how soon a waiting
 reader sees each new step. Needs lakefs-mount next to this executable or
 on PATH, root and /dev/fuse.
 
-Example:
-  lakefs-bench scale --store 's3://bkt/scale?endpoint=http://127.0.0.1:7070' --ranks 1024 --mounts 10,100`,
+With --cost it measures instead what a million steps cost in S3 requests
+(docs/bench/COST.md): a producer commits a step a second while --nodes
+mounts, each showing --node-ranks adjacent ranks, follow the head and read
+every file of their ranks of each step; a counting proxy per role (the
+producer, these mounts, and with --compare-mount-bin another build's
+mounts side by side) splits the requests into log polls, index GETs, data
+GETs and heartbeats, per node per step, and prices them for 128 nodes at
+one step a second beside the floor. It needs an s3:// store with
+endpoint=.
+
+Examples:
+  lakefs-bench scale --store 's3://bkt/scale?endpoint=http://127.0.0.1:7070' --ranks 1024 --mounts 10,100
+  lakefs-bench scale --cost --store 's3://bkt/cost?endpoint=http://127.0.0.1:7070' --ranks 1024 --files 1 \
+    --window 120s --compare-mount-bin /tmp/main-bin/lakefs-mount`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.StringFlag{Name: "ranks", Value: "64,1024", Destination: &o.Ranks, Usage: "rank counts R"},
@@ -56,6 +72,10 @@ Example:
 			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the streams in the store"},
+			&cli.BoolFlag{Name: "cost", Destination: &o.Cost, Usage: "measure requests per node per step and their cost (docs/bench/COST.md)"},
+			&cli.StringFlag{Name: "compare-mount-bin", Destination: &o.CompareMountBin, Usage: "with --cost: another build's lakefs-mount, run side by side"},
+			&cli.IntFlag{Name: "nodes", Value: 8, Destination: &o.CostNodes, Usage: "with --cost: mounts per build"},
+			&cli.IntFlag{Name: "node-ranks", Value: 8, Destination: &o.CostRanks, Usage: "with --cost: adjacent ranks each mount shows and reads"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := cliapp.NoArgs(c); err != nil {
@@ -74,6 +94,10 @@ func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) erro
 	so := scale.Options{
 		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
 		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{},
+		Cost: o.Cost, CompareMountBin: o.CompareMountBin, CostNodes: o.CostNodes, CostRanks: o.CostRanks,
+	}
+	if o.CostNodes < 1 || o.CostRanks < 1 {
+		return flagval.Usagef("--nodes %d, --node-ranks %d: want at least 1 each", o.CostNodes, o.CostRanks)
 	}
 	var err error
 	if so.Ranks, err = flagval.ParseCounts("--ranks", o.Ranks, 1, txn.MaxRanks); err != nil {

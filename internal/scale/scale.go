@@ -14,6 +14,9 @@
 //     counted by a proxy in front of the S3 endpoint (s3:// stores), and
 //     how soon a waiting reader sees each new step.
 //
+// With Cost it measures instead what a million steps cost in S3 requests,
+// split by role and kind, side by side with another build (cost.go).
+//
 // Everything runs on loopback; every loop is bounded by the options.
 package scale
 
@@ -24,10 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,6 +71,18 @@ type Options struct {
 	JSON     bool
 	Keep     bool // keep the streams
 	Logger   *slog.Logger
+
+	// Cost runs the cost measurement (cost.go) instead of the rows above,
+	// once per rank count; it needs an s3:// store with endpoint=.
+	Cost bool
+	// CompareMountBin, if set, is another build's lakefs-mount, run side
+	// by side with MountBin in the cost run.
+	CompareMountBin string
+	CostNodes       int           // mounts per build (default 8)
+	CostRanks       int           // adjacent ranks per mount (default 8)
+	CostDeployNodes int           // nodes the cost is priced for (default 128)
+	CostSettle      time.Duration // before the window (default 10s)
+	StepInterval    time.Duration // between the cost run's commits (default 1s)
 }
 
 // Row is one line of output. Kind "stream" rows describe a stream and one
@@ -152,7 +163,26 @@ func (o *Options) defaults() error {
 	if o.MountBin == "" {
 		o.MountBin = proc.FindBin()
 	}
+	o.costDefaults()
 	return nil
+}
+
+func (o *Options) costDefaults() {
+	if o.CostNodes == 0 {
+		o.CostNodes = 8
+	}
+	if o.CostRanks == 0 {
+		o.CostRanks = 8
+	}
+	if o.CostDeployNodes == 0 {
+		o.CostDeployNodes = 128
+	}
+	if o.CostSettle == 0 {
+		o.CostSettle = 10 * time.Second
+	}
+	if o.StepInterval == 0 {
+		o.StepInterval = time.Second
+	}
 }
 
 // Run measures each rank count and prints a row per measurement.
@@ -166,6 +196,12 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	out := newPrinter(w, o.JSON)
 	defer out.flush()
 	for _, r := range o.Ranks {
+		if o.Cost {
+			if err := runCost(ctx, o, r, w); err != nil {
+				return fmt.Errorf("%d ranks: %w", r, err)
+			}
+			continue
+		}
 		if err := runRanks(ctx, o, r, out); err != nil {
 			return fmt.Errorf("%d ranks: %w", r, err)
 		}
@@ -421,56 +457,6 @@ func measureMount(ctx context.Context, o Options, storeURL string, st *txn.State
 	return nil
 }
 
-// countingProxy forwards to an S3 endpoint and counts requests.
-type countingProxy struct {
-	srv        *http.Server
-	addr       string
-	reqs, gets atomic.Int64
-}
-
-func startProxy(target *url.URL) (*countingProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &countingProxy{addr: ln.Addr().String()}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ErrorLog = nil
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.reqs.Add(1)
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			p.gets.Add(1)
-		}
-		rp.ServeHTTP(w, r)
-	})}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
-}
-
-// viaProxy rewrites an s3:// URL's endpoint to the proxy's.
-func viaProxy(storeURL string) (string, *countingProxy, error) {
-	u, err := url.Parse(storeURL)
-	if err != nil || u.Scheme != "s3" {
-		return storeURL, nil, err
-	}
-	q := u.Query()
-	ep := q.Get("endpoint")
-	if ep == "" {
-		return storeURL, nil, nil
-	}
-	target, err := url.Parse(ep)
-	if err != nil {
-		return "", nil, err
-	}
-	p, err := startProxy(target)
-	if err != nil {
-		return "", nil, err
-	}
-	q.Set("endpoint", "http://"+p.addr)
-	u.RawQuery = q.Encode()
-	return u.String(), p, nil
-}
-
 // measureMounts runs k lakefs-mount processes for o.Window. idle: nobody
 // reads. follow: a producer commits a step every second, and a reader per
 // mount opens each new step's first file of rank 0 as soon as it can (a
@@ -500,7 +486,7 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	time.Sleep(2 * time.Second)
 	var reqs0, gets0 int64
 	if proxy != nil {
-		reqs0, gets0 = proxy.reqs.Load(), proxy.gets.Load()
+		reqs0, gets0 = proxy.totals()
 	}
 	seen, err := runWindow(ctx, o, l, mounts, head, mode)
 	if err != nil {
@@ -508,8 +494,9 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	}
 	if proxy != nil {
 		secs := o.Window.Seconds() * float64(k)
-		row.ReqPerSec = float64(proxy.reqs.Load()-reqs0) / secs
-		row.GetPerSec = float64(proxy.gets.Load()-gets0) / secs
+		reqs, gets := proxy.totals()
+		row.ReqPerSec = float64(reqs-reqs0) / secs
+		row.GetPerSec = float64(gets-gets0) / secs
 	}
 	if len(seen) > 0 {
 		slices.Sort(seen)
