@@ -77,6 +77,15 @@ type Batch struct {
 // Tree is a staging directory.
 type Tree struct {
 	Dir string
+	// crashed, if set (tests), is called between the steps of an
+	// operation that a kill may interrupt, with the step's name.
+	crashed func(point string)
+}
+
+func (t *Tree) crashPoint(point string) {
+	if t.crashed != nil {
+		t.crashed(point)
+	}
 }
 
 // Open checks that dir is a directory.
@@ -304,14 +313,18 @@ func (b *Batch) Batch() txn.Batch {
 }
 
 // Reject moves a batch, whole, to _rejected/<batch>/ with a _REASON file.
-// The reason is written into the batch first, so the move is the one step
-// that takes it out of the tree. A name already taken under _rejected gets
-// a numeric suffix: rejected data is never overwritten or deleted, and
-// neither is a _REASON the writer put there (ours goes to _REASON.1, ...).
+// The move comes first and is the one step that takes the batch out of
+// the tree, so a kill at any point leaves either the batch staged as the
+// writer left it or the batch rejected; the reason is then written to a
+// temporary name and linked into place, so a _REASON is never seen empty
+// or partial (a kill before the link leaves the reason in the log only).
+// A name already taken under _rejected gets a numeric suffix: rejected
+// data is never overwritten or deleted, and neither is a _REASON the
+// writer put there (ours goes to _REASON.1, ...).
 //
-// Writing the reason is best-effort: on a full disk the batch still moves
-// (the reason is in the caller's log line). If it cannot move, it stays
-// where it is, as the writer left it, and the error wraps ErrUnmovable:
+// Writing the reason is best-effort: on a full disk the batch is rejected
+// without it (the reason is in the caller's log line). If the batch cannot
+// move, it stays where it is, untouched, and the error wraps ErrUnmovable:
 // later batches can still commit, and a later pass moves it.
 func (t *Tree) Reject(name, reason string) (string, error) {
 	src := filepath.Join(t.Dir, name)
@@ -325,45 +338,46 @@ func (t *Tree) Reject(name, reason string) (string, error) {
 		}
 		dst = filepath.Join(t.Dir, RejectedDir, fmt.Sprintf("%s.%d", name, i))
 	}
-	written := writeReason(src, reason)
 	if err := os.Rename(src, dst); err != nil {
-		if written != "" {
-			_ = os.Remove(written) // leave the batch as the writer left it
-		}
 		return "", fmt.Errorf("%w: rejecting batch %s: %w", ErrUnmovable, name, err)
 	}
-	return dst, syncDir(t.Dir)
+	t.crashPoint("moved")
+	if err := syncDir(t.Dir); err != nil {
+		return dst, err
+	}
+	t.writeReason(dst, reason)
+	return dst, nil
 }
 
 // ErrUnmovable classifies a rejected batch that could not be moved out of
 // the tree (a full disk, permissions): it stays staged, untouched.
 var ErrUnmovable = errors.New("rejected batch not moved")
 
-// writeReason writes reason into the first free name of _REASON,
-// _REASON.1, ... in dir (never over a file already there) and returns the
-// path written, or "" when it could not write it whole.
-func writeReason(dir, reason string) string {
+// writeReason writes reason to a temporary file in dir, then links it as
+// the first free name of _REASON, _REASON.1, ... (never over a file
+// already there), so the file appears whole or not at all. It returns the
+// path linked, or "" when it could not (the reason stays in the log).
+func (t *Tree) writeReason(dir, reason string) string {
+	tmp := filepath.Join(dir, ".reason.tmp")
+	if err := os.WriteFile(tmp, []byte(reason+"\n"), 0o644); err != nil {
+		_ = os.Remove(tmp) // a partial reason is worse than none
+		return ""
+	}
+	defer os.Remove(tmp)
+	t.crashPoint("reason-written")
 	for i := 0; ; i++ {
 		p := filepath.Join(dir, Reason)
 		if i > 0 {
 			p += "." + strconv.Itoa(i)
 		}
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		err := os.Link(tmp, p)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err != nil {
 			return ""
 		}
-		_, err = f.WriteString(reason + "\n")
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			// A partial reason is worse than none: the log has it whole.
-			_ = os.Remove(p)
-			return ""
-		}
+		t.crashPoint("reason-linked")
 		return p
 	}
 }

@@ -893,3 +893,47 @@ func TestReclaimedBatchRecognised(t *testing.T) {
 		t.Fatalf("rejected %v; want b003 rejected as not comparable", rejected)
 	}
 }
+
+// TestRejectKillAtAnyPoint: at every point a kill could interrupt Reject,
+// the batch is either staged exactly as the writer left it (no _REASON of
+// ours in it) or moved whole under _rejected, and no _REASON anywhere is
+// empty or partial: a kill between writing the reason and moving the
+// batch once left a valid batch rejected with an empty _REASON.
+func TestRejectKillAtAnyPoint(t *testing.T) {
+	dir := t.TempDir()
+	tree, err := stage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "missing rank directory rank-1"
+	write(t, filepath.Join(dir, "b1"), map[string]string{"rank-0/a": "x", stage.Sealed: ""})
+	var points []string
+	stage.SetCrashPoints(tree, func(point string) {
+		points = append(points, point)
+		staged := filepath.Join(dir, "b1")
+		if _, err := os.Lstat(staged); err == nil {
+			if _, err := os.Lstat(filepath.Join(staged, stage.Reason)); err == nil {
+				t.Errorf("killed at %q: the staged batch holds a _REASON; on restart it would be rejected as the writer's", point)
+			}
+		}
+		matches, _ := filepath.Glob(filepath.Join(dir, stage.RejectedDir, "*", stage.Reason+"*"))
+		for _, m := range matches {
+			if b, err := os.ReadFile(m); err != nil || string(b) != reason+"\n" {
+				t.Errorf("killed at %q: %s holds %q (%v), want the whole reason", point, m, b, err)
+			}
+		}
+	})
+	dst, err := tree.Reject("b1", reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(points) < 3 {
+		t.Fatalf("crash points %q; want the move, the reason's write and its link", points)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, stage.Reason)); err != nil || string(b) != reason+"\n" {
+		t.Errorf("rejected batch's _REASON: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, ".reason.tmp")); err == nil {
+		t.Error("the reason's temporary file was left behind")
+	}
+}
