@@ -1,13 +1,14 @@
 package cache
 
-// Whole files in sealed memfds: the passthrough path. A file's bytes are
-// read from the GET's body straight into the memfd's pages (one copy, from
-// the socket or the local file into memory the kernel then reads from),
-// its CRC32C computed piece by piece while the bytes are hot, and the
-// memfd is sealed and handed out only once the whole file matched the
-// CRC32C recorded at production. The memfd is the cache for that file:
-// the kernel reads it directly (FUSE passthrough), so its bytes are held
-// once, never also as cache blocks.
+// Whole files in memory files (backing.go: a private huge-page tmpfs, or
+// memfds): the passthrough path. A file's bytes stream from the GET's body
+// through one small reused buffer, where their CRC32C is computed while
+// they are hot, into the memory file's pages; the file is frozen (sealed,
+// or left open read-only) and handed out only once all of it matched the
+// CRC32C recorded at production. The memory file is the cache for that
+// file: the kernel reads it directly (FUSE passthrough), so its bytes are
+// held once, never also as cache blocks. ("memfd" below means any such
+// memory file.)
 
 import (
 	"container/list"
@@ -45,7 +46,7 @@ type FilesOptions struct {
 // Files holds verified whole files in sealed memfds.
 //
 // Invariants: a memfd is handed out (Handle.Fd) only after the whole file
-// matched its CRC32C and was sealed against writes; a failed fill is never
+// matched its CRC32C and no fd can write it any more; a failed fill is never
 // kept (the next open fetches again); the bytes of memfds this process
 // holds never exceed Budget (room); a file is dropped only when no handle
 // has it open; a read file with no open handle waits in the idle list,
@@ -55,7 +56,6 @@ type FilesOptions struct {
 // no I/O.
 type Files struct {
 	c        *Cache
-	budget   int64
 	min, max int64
 	idleCap  int64
 	room     *semaphore.Weighted // bytes of memfds held
@@ -103,7 +103,7 @@ func (c *Cache) UseFiles(o FilesOptions) *Files {
 		o.MaxSize = o.Budget / 8
 	}
 	f := &Files{
-		c: c, budget: o.Budget, min: max(o.MinSize, 1), max: o.MaxSize,
+		c: c, min: max(o.MinSize, 1), max: o.MaxSize,
 		idleCap: o.Budget / 8,
 		room:    semaphore.NewWeighted(o.Budget),
 		files:   map[fileKey]*memFile{}, idle: list.New(),
@@ -145,7 +145,7 @@ type Handle struct {
 	once sync.Once
 }
 
-// Fd is the sealed memfd, valid until Release.
+// Fd is the frozen memory file, valid until Release.
 func (h *Handle) Fd() int { return h.mf.fd }
 
 // Size is the file's size.
@@ -429,8 +429,8 @@ func (f *Files) putPiece(b []byte) {
 	}
 }
 
-// stream reads mf.size bytes of rc into a new memfd, checks them against
-// mf.crc and seals the memfd. On a mismatch the stream has still been
+// stream reads mf.size bytes of rc into a new memory file, checks them
+// against mf.crc and freezes the file (Backing.freeze). On a mismatch the stream has still been
 // read to the file's end and the error is ErrChecksum.
 func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 	fd, err = f.backing.create(mf.name, mf.size)
@@ -454,9 +454,9 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 			return -1, err
 		}
 		crc = crc32.Update(crc, castagnoli, piece)
-		// Written whole pages at a time, the memfd's pages are allocated
-		// without being zeroed first (mapping it and reading into the
-		// mapping zeroes every page: half the CPU of a fill, measured).
+		// pwrite, not a mapping read into: written whole, pages are
+		// allocated without being zeroed first (the mapping zeroed every
+		// page, measured at half the CPU of a fill).
 		for w := 0; w < n; {
 			k, err := unix.Pwrite(fd, piece[w:], o+int64(w))
 			if errors.Is(err, unix.ENOSPC) {
