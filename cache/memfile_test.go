@@ -222,40 +222,53 @@ func TestPrefetchFilesOneGetPerRun(t *testing.T) {
 }
 
 // TestPrefetchAdjacentRanksOneGet: a node reading 8 adjacent ranks of
-// small files fetches a step's 8 regions (adjacent in the TGB object) with
-// one GET, and serves every byte from it.
+// small files fetches each step's 8 regions (adjacent in the TGB object)
+// with one GET, and serves every byte from it.
 func TestPrefetchAdjacentRanksOneGet(t *testing.T) {
 	s := newCounting()
 	c := newTestCache(t, s, 256*testChunk)
-	const ranks, region = 8, 1000
-	obj, data := putPack(t, s, "data/p/1/0/tgb.pack", ranks*region, 7)
-	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{0: {}}}
-	for r := range ranks {
-		b := data[r*region : (r+1)*region]
-		pk := &txn.Pack{Key: obj.Key, Off: int64(r * region), Size: region, Chunks: []uint32{txn.CRC32C(b)},
-			Files: []txn.File{{Name: "f", Size: region, CRC: txn.CRC32C(b)}}}
-		if r == 0 {
-			st.packs[0] = pk
-		} else {
-			st.extra[0][r] = pk
+	const ranks, region, nsteps = 8, 1000, 4
+	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{}}
+	data := map[int64][]byte{}
+	for n := range int64(nsteps) {
+		obj, b := putPack(t, s, fmt.Sprintf("data/p/1/%d/tgb.pack", n), ranks*region, uint64(n))
+		data[n] = b
+		st.extra[n] = map[int]*txn.Pack{}
+		for r := range ranks {
+			rb := b[r*region : (r+1)*region]
+			pk := &txn.Pack{Key: obj.Key, Off: int64(r * region), Size: region, Chunks: []uint32{txn.CRC32C(rb)},
+				Files: []txn.File{{Name: "f", Size: region, CRC: txn.CRC32C(rb)}}}
+			if r == 0 {
+				st.packs[n] = pk
+			} else {
+				st.extra[n][r] = pk
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: 1, Committed: st.committed, Pack: st.pack})
+	// The readers open their ranks of step 0 one by one (the first
+	// GETs may cover fewer ranks); the jobs for the steps after are made
+	// with all 8 ranks at once.
 	for r := range ranks {
 		p.Touch(0, r)
 	}
-	waitUntil(t, func() bool { return c.Stats().BytesFetched == ranks*region })
-	for r := range ranks {
-		pk, _ := st.pack(ctx, 0, r)
-		buf := make([]byte, region)
-		if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, data[r*region:(r+1)*region]) {
-			t.Fatalf("rank %d: %v or wrong bytes", r, err)
+	waitUntil(t, func() bool { return c.Stats().BytesFetched == 2*ranks*region })
+	before := s.gets.Load()
+	p.Touch(2, 0)
+	waitUntil(t, func() bool { return c.Stats().BytesFetched == 4*ranks*region })
+	for n := int64(2); n < nsteps; n++ {
+		for r := range ranks {
+			pk, _ := st.pack(ctx, n, r)
+			buf := make([]byte, region)
+			if _, err := c.ReadAt(ctx, pk, buf, 0); err != nil || !bytes.Equal(buf, data[n][r*region:(r+1)*region]) {
+				t.Fatalf("step %d rank %d: %v or wrong bytes", n, r, err)
+			}
 		}
 	}
-	if g := s.gets.Load(); g != 1 {
-		t.Errorf("%d GETs for 8 adjacent ranks' regions of one step, want 1", g)
+	if g := s.gets.Load() - before; g != 2 {
+		t.Errorf("%d GETs for steps 2 and 3 of 8 adjacent ranks each, want 2 (one a step)", g)
 	}
 }
 
