@@ -682,11 +682,19 @@ func ptPaced(t *testing.T, l *txn.Log, m *ptMount, node string, lead int64, n in
 			t.Fatalf("head %d with the node's highest step read %d: the producer went past --max-lead %d", head, read, lead)
 		}
 		if head == read {
-			// The producer is held until the node's heartbeat shows the
-			// step just read; it must not have returned meanwhile.
+			// Nothing new to read: the producer is held (or about to
+			// commit). If it returned, it must have committed everything
+			// (its last steps are within the lead of what was read).
 			select {
 			case err := <-done:
-				t.Fatalf("the paced producer returned (%v) with %d of %d staged steps committed", err, head-3, n)
+				st, lerr := l.Load(ctx)
+				if err != nil || lerr != nil {
+					t.Fatalf("the paced producer returned %v (loading the state: %v)", err, lerr)
+				}
+				if h := st.NextStep() - 1; h != last {
+					t.Fatalf("the paced producer returned with steps up to %d committed, want %d", h, last)
+				}
+				done <- nil // for the wait below
 			case <-time.After(20 * time.Millisecond):
 			}
 			continue
