@@ -26,12 +26,17 @@ import (
 // the next one is already due (the mount is behind). Until the cadence is
 // known (two intervals seen) it polls every PollInterval, as before.
 //
-// Commit times are the producers' clocks. The phase is therefore learned
-// as an offset: the least difference seen between when this mount first
-// saw a version and its commit time, over the last few versions. It is at
-// least the true skew plus the store's latency, and close to it once a
-// poll lands just after a commit, so skewed clocks cost a few misses
-// while the offset settles, not freshness.
+// Commit times are the producers' clocks, so the phase is learned as an
+// offset: how long after its commit time a version becomes visible here
+// (the store's latency plus any clock skew). A version first seen at a
+// poll that found it bounds the offset from above; one found by the poll
+// after a miss a moment earlier pins it between the two. So the offset is
+// set to that midpoint after a miss, and after a hit at the first poll it
+// moves a sixteenth of the margin earlier (never above what the hit
+// showed): polls creep earlier until one misses, one in ten or more, and a
+// skewed or slow store costs a few misses while it settles, not freshness.
+// (Taking the least sighting instead ratchets: every sighting is at least
+// the offset plus the margin, so the polls drift later for good.)
 
 // cadence is what the tailer knows of the commit cadence. It is owned by
 // the tailer goroutine.
@@ -40,15 +45,13 @@ type cadence struct {
 	interval time.Duration // EWMA of the intervals between commits; 0 until known
 	jitter   time.Duration // EWMA of |interval sample - interval|
 	samples  int           // intervals seen
-	offsets  [offsetWindow]time.Duration
-	nOffsets int // offsets recorded, the newest at (nOffsets-1)%offsetWindow
-	misses   int // polls since the last new version that found none
+	offset   time.Duration // visible here this long after the commit time
+	sighted  bool          // offset is set
+	misses   int           // polls since the last new version that found none
+	missedAt time.Time     // the last of them
 }
 
 const (
-	// offsetWindow: the offset is the least of the last offsetWindow
-	// (first seen - commit time) differences.
-	offsetWindow = 16
 	// minMargin is the least wait after a version is due before it is
 	// read: scheduling noise of both processes.
 	minMargin = 10 * time.Millisecond
@@ -61,19 +64,38 @@ const (
 // known reports whether the cadence is learned.
 func (c *cadence) known() bool { return c.samples >= knownAfter && c.interval > 0 }
 
+// miss records a poll at at that found no new version.
+func (c *cadence) miss(at time.Time) {
+	c.misses++
+	c.missedAt = at
+}
+
 // observe records that versions up to one committed at commit were first
 // seen at seen, n of them since the previous observation.
 func (c *cadence) observe(commit, seen time.Time, n int) {
-	c.misses = 0
-	if n <= 0 {
-		return
+	if n > 0 {
+		c.sight(commit, seen)
+		if !c.last.IsZero() && commit.After(c.last) {
+			c.sample(commit.Sub(c.last) / time.Duration(n))
+		}
+		c.last = commit
 	}
-	c.offsets[c.nOffsets%offsetWindow] = seen.Sub(commit)
-	c.nOffsets++
-	if !c.last.IsZero() && commit.After(c.last) {
-		c.sample(commit.Sub(c.last) / time.Duration(n))
+	c.misses, c.missedAt = 0, time.Time{}
+}
+
+// sight updates the offset from a version committed at commit and first
+// seen at seen.
+func (c *cadence) sight(commit, seen time.Time) {
+	upper := seen.Sub(commit)
+	switch {
+	case !c.sighted:
+		c.offset, c.sighted = upper, true
+	case c.misses > 0 && c.interval > 0 && seen.Sub(c.missedAt) <= c.interval/2:
+		// It became visible between the miss and this poll.
+		c.offset = c.missedAt.Sub(commit) + seen.Sub(c.missedAt)/2
+	default:
+		c.offset = min(c.offset-c.margin()/16, upper)
 	}
-	c.last = commit
 }
 
 // sample adds one interval. A pause (many intervals without a commit)
@@ -98,19 +120,6 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-// offset is the least recent (first seen - commit time).
-func (c *cadence) offset() time.Duration {
-	n := min(c.nOffsets, offsetWindow)
-	if n == 0 {
-		return 0
-	}
-	o := c.offsets[0]
-	for _, x := range c.offsets[1:n] {
-		o = min(o, x)
-	}
-	return o
-}
-
 // margin is how long after a version is due the first poll for it runs:
 // twice the jitter, at least minMargin, at most a quarter interval.
 func (c *cadence) margin() time.Duration {
@@ -118,7 +127,7 @@ func (c *cadence) margin() time.Duration {
 }
 
 // due is when the next version is expected to be visible here.
-func (c *cadence) due() time.Time { return c.last.Add(c.interval + c.offset()) }
+func (c *cadence) due() time.Time { return c.last.Add(c.interval + c.offset) }
 
 // next is when to poll after the poll at lastPoll, while readers want new
 // steps: every fast until the cadence is known; then at the next
@@ -178,7 +187,7 @@ func (f *follower) poll(ctx context.Context) (int, error) {
 		v, err := f.log.ReadVersion(ctx, f.st.Version+1)
 		if errors.Is(err, store.ErrNotFound) {
 			if n == 0 {
-				f.cad.misses++
+				f.cad.miss(f.now())
 			}
 			return n, nil
 		}
@@ -215,7 +224,7 @@ func (f *follower) refresh(ctx context.Context, n int) (int, error) {
 	case k > 0:
 		f.cad.observe(f.st.Time, f.now(), k)
 	case err == nil && n == 0:
-		f.cad.misses++
+		f.cad.miss(f.now())
 	}
 	return n + k, err
 }

@@ -35,9 +35,12 @@ func TestCadenceSchedule(t *testing.T) {
 	if d := c.interval - time.Second; d < -5*time.Millisecond || d > 5*time.Millisecond {
 		t.Fatalf("interval %v, want about 1s", c.interval)
 	}
+	if c.offset > lag || c.offset < lag-10*time.Millisecond {
+		t.Fatalf("offset %v after versions seen %v after their commits: want at most that, a little less", c.offset, lag)
+	}
 	seen := commit.Add(lag)
 	next := c.next(seen, fast)
-	due := commit.Add(c.interval + lag)
+	due := commit.Add(c.interval + c.offset)
 	if next.Before(due) || next.After(due.Add(fast/4)) {
 		t.Fatalf("after a version: next poll %v after its commit, want within a quarter poll interval after %v", next.Sub(commit), due.Sub(commit))
 	}
@@ -74,30 +77,52 @@ func TestCadenceSchedule(t *testing.T) {
 	}
 }
 
-// TestCadenceOffsetIsLeastSeen: the phase follows the least recent
-// (first seen - commit) difference, so a producer clock ahead of the
-// mount's (negative difference) or a slow store (positive) moves the due
-// time, and one late sighting does not.
-func TestCadenceOffsetIsLeastSeen(t *testing.T) {
+// TestCadenceOffset: the phase is an offset from the producers' commit
+// times: the first sighting sets it (a producer clock 200 ms ahead gives
+// a negative one); a version found by the poll right after a miss pins it
+// to the midpoint of the two; a version found at its first poll moves it
+// a sixteenth of the margin earlier, never later, so polls that always land
+// on time creep earlier until one misses instead of drifting later (taking
+// the least sighting ratcheted: every sighting is the offset plus the
+// margin, so the offset never came down); a late sighting or a miss long
+// ago (an idle mount) does not move it later.
+func TestCadenceOffset(t *testing.T) {
 	var c cadence
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 6 {
-		commit := t0.Add(time.Duration(i) * time.Second)
-		seen := commit.Add(-200 * time.Millisecond) // producer's clock 200 ms ahead
-		if i == 3 {
-			seen = commit.Add(700 * time.Millisecond) // found late once
-		}
-		c.observe(commit, seen, 1)
+	commit := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	c.observe(commit(0), commit(0).Add(-200*time.Millisecond), 1)
+	if c.offset != -200*time.Millisecond {
+		t.Fatalf("first sighting: offset %v, want -200ms", c.offset)
 	}
-	if o := c.offset(); o != -200*time.Millisecond {
-		t.Fatalf("offset %v, want -200ms", o)
+	for i := 1; i < 5; i++ {
+		c.observe(commit(i), commit(i).Add(-200*time.Millisecond), 1)
 	}
-	for i := range offsetWindow {
-		commit := t0.Add(time.Duration(6+i) * time.Second)
-		c.observe(commit, commit.Add(50*time.Millisecond), 1)
+	if c.offset > -200*time.Millisecond {
+		t.Fatalf("offset %v after sightings 200 ms before the commit times, want at most -200ms", c.offset)
 	}
-	if o := c.offset(); o != 50*time.Millisecond {
-		t.Fatalf("offset after %d sightings 50 ms late: %v, want 50ms (the old ones forgotten)", offsetWindow, o)
+	// A miss 20 ms after commit 5, found 10 ms later: 25 ms.
+	c.miss(commit(5).Add(20 * time.Millisecond))
+	c.observe(commit(5), commit(5).Add(30*time.Millisecond), 1)
+	if c.offset != 25*time.Millisecond {
+		t.Fatalf("found 10 ms after a miss: offset %v, want the midpoint 25ms", c.offset)
+	}
+	// Always found at the first poll (due + margin): the offset creeps
+	// earlier, a sixteenth of the margin each time.
+	before := c.offset
+	for i := 6; i < 22+8; i++ {
+		at := commit(i).Add(c.offset + c.margin())
+		c.observe(commit(i), at, 1)
+	}
+	if c.offset >= before-c.margin() {
+		t.Fatalf("24 versions found at the first poll: offset %v from %v, want at least a margin (%v) earlier", c.offset, before, c.margin())
+	}
+	// Found 700 ms late, or after a miss 5 s ago: no later.
+	before = c.offset
+	c.observe(commit(30), commit(30).Add(700*time.Millisecond), 1)
+	c.miss(commit(31).Add(-5 * time.Second))
+	c.observe(commit(31), commit(31).Add(time.Second), 1)
+	if c.offset > before {
+		t.Fatalf("a late sighting moved the offset from %v to %v", before, c.offset)
 	}
 }
 

@@ -152,7 +152,8 @@ func TestIndexSpanWide(t *testing.T) {
 
 // TestIndexSpanFormat2: format 2 objects end with the table (no
 // self-description after it); the span reads them right, to the object's
-// end, for every rank range of the committed testdata stream.
+// end, for every rank range of the committed testdata stream and of a
+// format 2 step whose index is read as a span.
 func TestIndexSpanFormat2(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS("testdata/format2")); err != nil {
@@ -173,6 +174,17 @@ func TestIndexSpanFormat2(t *testing.T) {
 	}
 	if len(st.Steps) == 0 || st.Steps[0].Object.Footer != 0 {
 		t.Fatal("the format 2 testdata has no steps without a footer")
+	}
+	// This build writes format 2 objects into it; one with an index
+	// larger than smallIndex (read in a span, not whole) and shared files.
+	b := spanBatch(l.Config.Ranks, 600, -1, 0)
+	b.Shared = []FileSource{objFile(9, 9, 10)}
+	big, _ := commitOne(t, l, b)
+	if big.Object.Footer != 0 || big.Object.Size-big.Object.Data <= smallIndex {
+		t.Fatalf("format 2 step: footer %d, index %d bytes; want no footer and more than %d", big.Object.Footer, big.Object.Size-big.Object.Data, smallIndex)
+	}
+	if st, err = l.Load(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	for _, tgb := range st.Steps {
 		for lo := range l.Config.Ranks {

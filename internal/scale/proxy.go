@@ -1,6 +1,8 @@
 package scale
 
 import (
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -43,7 +45,8 @@ func startProxy(target *url.URL) (*countingProxy, error) {
 	}
 	p := &countingProxy{addr: ln.Addr().String(), counts: map[reqKind]int64{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ErrorLog = nil
+	// Requests cancelled when a run ends are not errors of the run.
+	rp.ErrorLog = log.New(io.Discard, "", 0)
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.record(r)
 		rp.ServeHTTP(w, r)
