@@ -7,8 +7,9 @@
 # bench ingest row plus "store", "round" and the 1-minute load average when
 # the row ended. PAYLOADS, PRODUCERS, STORES (s3 file file+50ms) and
 # PROCESSES (1: add the 32-producer process runs) narrow the grid.
-# Run it on a quiet machine:
-#   ../shared/tools/quiet -- scripts/bench-commit.sh /tmp/commit.jsonl 2
+# Run it on a quiet machine (nothing else running: each row records the
+# load average, which should stay under 1 on 2 cores):
+#   scripts/bench-commit.sh /tmp/commit.jsonl 2
 set -euo pipefail
 out=${1:?usage: bench-commit.sh OUT.jsonl [ROUNDS]}
 rounds=${2:-1}

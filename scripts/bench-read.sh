@@ -9,9 +9,10 @@
 # With PROFILE=1 it then takes a 5 s CPU profile of the mount while 4
 # readers read 300 steps of 4 MiB from versitygw (OUTDIR/mount.pprof).
 # STORES (s3 file) and SHAPES (4m small) narrow the grid. Run it on a
-# quiet machine; on a shared one, QUIET (a command prefix) waits before
-# each configuration too:
-#   QUIET="../shared/tools/quiet -w 1800 --" ../shared/tools/quiet -- scripts/bench-read.sh /tmp/read
+# quiet machine (each table records the load average before and after);
+# QUIET, a command prefix, runs each configuration under it (e.g. a
+# wrapper that waits for the load to drop):
+#   scripts/bench-read.sh /tmp/read
 set -euo pipefail
 out=${1:?usage: bench-read.sh OUTDIR}
 mkdir -p "$out"
