@@ -68,6 +68,7 @@ type Files struct {
 	idleBytes int64                // GUARDED_BY(mu)
 
 	held, peak, opens, fills atomic.Int64
+	warnedLarge              atomic.Bool
 }
 
 // fileKey names a file by its object and the object offset of its bytes.
@@ -120,8 +121,16 @@ func (c *Cache) UseFiles(o FilesOptions) *Files {
 // Files returns c's memfd files, nil before UseFiles.
 func (c *Cache) Files() *Files { return c.files.Load() }
 
-// Eligible reports whether a file of size bytes goes to a memfd.
-func (f *Files) Eligible(size int64) bool { return size >= f.min && size <= f.max }
+// Eligible reports whether a file of size bytes goes to a memfd. The first
+// file too large for one is logged: it is served from blocks, which a user
+// who expected passthrough would not see otherwise.
+func (f *Files) Eligible(size int64) bool {
+	if size > f.max && f.warnedLarge.CompareAndSwap(false, true) {
+		f.c.log.Info("passthrough: files larger than an eighth of its memory are served from blocks; raise --cache-size (passthrough memory is a quarter of it) to serve them by passthrough",
+			"file_bytes", size, "largest", f.max)
+	}
+	return size >= f.min && size <= f.max
+}
 
 // FilesStats are the memfd counters.
 type FilesStats struct {
