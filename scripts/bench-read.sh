@@ -17,17 +17,8 @@ set -euo pipefail
 out=${1:?usage: bench-read.sh OUTDIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-TOOLS=${LAKEFS_TOOLS:-$PWD/.tools}
-make -s build
-work=$(mktemp -d /tmp/bench-read.XXXXXX)
-trap 'kill "$gw" 2>/dev/null || true; rm -rf "$work"' EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
-mkdir -p "$work/s3" "$work/file"
-"$TOOLS/bin/versitygw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
-	--port "127.0.0.1:$port" --quiet posix "$work/s3" >"$work/versitygw.log" 2>&1 &
-gw=$!
-for _ in $(seq 50); do aws --endpoint-url "http://127.0.0.1:$port" s3 mb s3://bench >/dev/null 2>&1 && break; sleep 0.2; done
+BENCH_NAME=bench-read
+. scripts/benchenv.sh
 s3="s3://bench/read?endpoint=http://127.0.0.1:$port&region=us-east-1"
 
 run() { # store, shape, bench read flags...
