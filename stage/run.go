@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -35,6 +36,12 @@ type RunOptions struct {
 	GCEvery time.Duration
 	GCGrace time.Duration
 	Logger  *slog.Logger
+	// ConsumerTimeout: a consumer whose heartbeat is older no longer holds
+	// MaxLead back (0: txn.ConsumerTimeout).
+	ConsumerTimeout time.Duration
+	// StoreWaiting, if set, is told when the run starts and stops waiting
+	// for an unreachable store.
+	StoreWaiting func(bool)
 	// Observe and OnBatch report progress (metrics, the live line).
 	// Observe is called from the producer's committer goroutine. OnBatch
 	// is called from two goroutines, the scanning loop (rejected batches,
@@ -141,6 +148,11 @@ type runner struct {
 	// includes them, or a producer could run MaxLead plus its queue ahead.
 	inFlight atomic.Int64
 
+	// downSince: when the store stopped answering (zero: it answers);
+	// downDelay: the current backoff.
+	downSince time.Time
+	downDelay time.Duration
+
 	// holdBack's view, refreshed incrementally.
 	leadState   *txn.State
 	consumers   []txn.Heartbeat
@@ -174,20 +186,70 @@ func (r *runner) loop(ctx context.Context) error {
 				return err
 			}
 		}
+		wait := r.Poll
 		for _, name := range names {
-			if err := r.batch(ctx, name); err != nil {
+			err := r.batch(ctx, name)
+			if store.Transient(err) && !r.Once && ctx.Err() == nil {
+				// The store is down or refusing: the batch stays staged and
+				// is tried again; exiting would only hand the wait to a
+				// supervisor's restart loop.
+				wait = r.storeDown(name, err)
+				break
+			}
+			if err != nil {
 				return err
 			}
+		}
+		if wait == r.Poll {
+			r.storeUp()
 		}
 		if r.Once {
 			return nil
 		}
 		r.maybeGC(ctx)
-		if err := sleepCtx(ctx, r.Poll); err != nil {
+		if err := sleepCtx(ctx, wait); err != nil {
 			return err
 		}
 	}
 }
+
+// storeDown notes a pass stopped by a transient store error and returns
+// how long to wait before the next: capped, jittered exponential backoff,
+// one log line per attempt.
+func (r *runner) storeDown(batch string, err error) time.Duration {
+	if r.downSince.IsZero() {
+		r.downSince = time.Now()
+		r.downDelay = storeWaitMin
+		if r.StoreWaiting != nil {
+			r.StoreWaiting(true)
+		}
+	} else {
+		r.downDelay = min(r.downDelay*2, storeWaitMax)
+	}
+	wait := r.downDelay/2 + rand.N(r.downDelay/2+1)
+	r.Logger.Warn("store not reachable; batch stays staged, waiting for the store", "batch", batch,
+		"down_for", time.Since(r.downSince).Round(time.Millisecond), "retry_in", wait.Round(time.Millisecond), "cause", err)
+	return wait
+}
+
+// storeUp ends a wait for the store, if one was on.
+func (r *runner) storeUp() {
+	if r.downSince.IsZero() {
+		return
+	}
+	r.Logger.Info("store reachable again", "waited", time.Since(r.downSince).Round(time.Millisecond))
+	r.downSince = time.Time{}
+	if r.StoreWaiting != nil {
+		r.StoreWaiting(false)
+	}
+}
+
+// The run's wait for a store that went away, as lakefs-produce waits for
+// one at start.
+const (
+	storeWaitMin = 500 * time.Millisecond
+	storeWaitMax = 8 * time.Second
+)
 
 // scan lists the sealed batches and reports, once each, the sealed
 // entries that are never picked up.
@@ -378,7 +440,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		base, who, ok := txn.LeadBase(r.leadState, r.consumers, time.Now())
+		base, who, ok := txn.LeadBase(r.leadState, r.consumers, time.Now(), r.ConsumerTimeout)
 		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
 		if !ok || lead <= r.MaxLead {

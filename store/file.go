@@ -217,7 +217,7 @@ func (s *fileStore) writeTemp(ctx context.Context, r io.Reader, size int64) (str
 			os.Remove(p)
 		}
 	}()
-	n, err := io.Copy(f, &ctxReader{ctx: ctx, r: io.LimitReader(r, size)})
+	n, err := io.Copy(f, ContextReader(ctx, io.LimitReader(r, size)))
 	if err != nil {
 		return "", err
 	}
@@ -495,7 +495,10 @@ func (s *fileStore) Delete(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-// ctxReader fails reads once its context is done, so long copies stop.
+// ContextReader returns a reader of r whose reads fail once ctx is done,
+// so long copies stop.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return &ctxReader{ctx: ctx, r: r} }
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader

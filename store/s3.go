@@ -328,9 +328,25 @@ func (s *s3Store) flatten(err error) error {
 		if errors.As(err, &re) {
 			msg += fmt.Sprintf(" (HTTP %d)", re.HTTPStatusCode())
 		}
+		if unavailable(err) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		return shortError{msg: msg, err: err}
 	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return err
+}
+
+// unavailable tells an answer that says "not now": a 5xx status or one of
+// S3's throttling codes (after the SDK's own retries gave up).
+func unavailable(err error) bool {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 500 {
+		return true
+	}
+	return isCode(err, 0, "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException", "RequestLimitExceeded")
 }
 
 // shortError says msg but still wraps the SDK's error for errors.Is/As:

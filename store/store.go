@@ -46,7 +46,17 @@ var (
 	// ErrUnreachable: the store's server could not be reached at all (no
 	// connection, no such host); no request got an answer.
 	ErrUnreachable = errors.New("store unreachable")
+	// ErrUnavailable: the server answered but cannot serve now (HTTP 5xx,
+	// throttling); the same request may succeed later.
+	ErrUnavailable = errors.New("store unavailable")
 )
+
+// Transient reports whether err is a store failure that waiting may cure:
+// the server unreachable or answering that it cannot serve now. Not found,
+// exists, invalid, a corrupt object or a cancelled context are not.
+func Transient(err error) bool {
+	return errors.Is(err, ErrUnreachable) || errors.Is(err, ErrUnavailable)
+}
 
 // Info describes one stored object.
 type Info struct {

@@ -70,9 +70,14 @@ func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
 // consumer's highest step read (a live consumer that has read nothing yet
 // counts as just before the first live step), else the newest checkpoint,
 // else none (ok false: no back-pressure). who names it, for status lines.
-func LeadBase(st *State, consumers []Heartbeat, now time.Time) (base int64, who string, ok bool) {
+// A consumer is live while its heartbeat is at most stale old (0:
+// ConsumerTimeout): a hung consumer holds producers back that long.
+func LeadBase(st *State, consumers []Heartbeat, now time.Time, stale time.Duration) (base int64, who string, ok bool) {
+	if stale <= 0 {
+		stale = ConsumerTimeout
+	}
 	for _, h := range consumers {
-		if now.Sub(h.Time) > ConsumerTimeout {
+		if now.Sub(h.Time) > stale {
 			continue
 		}
 		step := st.LiveFrom - 1

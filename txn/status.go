@@ -132,7 +132,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	}
 	slices.SortFunc(r.Producers, func(a, b ProducerReport) int { return strings.Compare(a.ID, b.ID) })
 	now := time.Now()
-	if base, who, ok := LeadBase(st, cons, time.Now()); ok {
+	if base, who, ok := LeadBase(st, cons, time.Now(), 0); ok {
 		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
 	}
 	for _, h := range cons {

@@ -21,7 +21,6 @@ import (
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/stage"
-	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -32,11 +31,17 @@ type runOptions struct {
 	MaxLead     int64
 	MetricsAddr string
 	Once        bool
-	Poll        time.Duration
-	GCEvery     time.Duration
-	GCGrace     time.Duration
-	Progress    string // auto, line, log
-	Verbose     bool
+	// StartTimeout bounds the wait for an unreachable store at start (0:
+	// wait as long as it takes; --once never waits).
+	StartTimeout time.Duration
+	// ConsumerTimeout: how long a silent consumer holds back-pressure
+	// (hidden; tests shorten it).
+	ConsumerTimeout time.Duration
+	Poll            time.Duration
+	GCEvery         time.Duration
+	GCGrace         time.Duration
+	Progress        string // auto, line, log
+	Verbose         bool
 }
 
 func runCommand() *cli.Command {
@@ -44,7 +49,7 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "commit sealed staging batches as steps, exactly once",
-		UsageText: "lakefs-produce run --store URL --staging DIR --producer-id ID [--max-lead STEPS] [--metrics-addr HOST:PORT] [--once]",
+		UsageText: "lakefs-produce run --store URL --staging DIR --producer-id ID [--max-lead STEPS] [--metrics-addr HOST:PORT] [--once | --start-timeout DURATION]",
 		Description: `Writers create <staging>/<batch>/rank-<r>/<files> (and optional step-level
 files in <staging>/<batch>/), then <staging>/<batch>/_SEALED last. Sealed
 batches are committed in name order, one step each, and removed once the
@@ -58,6 +63,10 @@ included (a batch holding its own _REASON is rejected). In the staging
 directory, entries beginning with '_' or '.' are never batches, nor is a
 symlink to one: run --once says so for each one that is sealed.
 
+While the store is unreachable or answers that it cannot serve (HTTP 5xx,
+throttling), run waits for it with capped backoff (0.5 s to 8 s, one log line
+per attempt) instead of exiting; --start-timeout bounds that wait at start.
+
 --once commits every batch sealed at start, prints one line per batch
 ("NAME -> step N", "NAME rejected: REASON", or "NAME not picked up: WHY")
 and exits 0, or 1 when any batch was rejected; without it, run keeps
@@ -68,7 +77,10 @@ watching until SIGINT or SIGTERM.`,
 			&cli.StringFlag{Name: "producer-id", Destination: &o.ProducerID, Usage: "this producer's stable id, [A-Za-z0-9._-] (required)"},
 			&cli.GenericFlag{Name: "max-lead", Value: &flagval.Int[int64]{P: &o.MaxLead}, Usage: "hold uploads while this many steps ahead of the slowest mount (or newest checkpoint); 0: off"},
 			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
-			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit"},
+			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit (fails at once when the store is unreachable)"},
+			&cli.DurationFlag{Name: "start-timeout", Destination: &o.StartTimeout, Usage: "exit 1 when the store is still unreachable after this long at start (0: wait as long as it takes)"},
+			&cli.DurationFlag{Name: "consumer-timeout", Value: txn.ConsumerTimeout, Destination: &o.ConsumerTimeout, Hidden: true,
+				Usage: "a consumer whose heartbeat is older than this no longer holds --max-lead back"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
 			&cli.DurationFlag{Name: "gc-every", Value: 10 * time.Minute, Destination: &o.GCEvery, Usage: "run gc this often while running (0: never)"},
 			&cli.DurationFlag{Name: "gc-grace", Value: txn.DefaultGrace, Destination: &o.GCGrace, Usage: "gc's grace period"},
@@ -93,6 +105,8 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		return flagval.Usagef("--producer-id ID is required (a stable name for this producer, e.g. prep-0)")
 	case o.MaxLead < 0:
 		return flagval.Usagef("--max-lead must not be negative (got %d)", o.MaxLead)
+	case o.StartTimeout < 0:
+		return flagval.Usagef("--start-timeout must not be negative (got %s)", o.StartTimeout)
 	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
 		return flagval.Usagef("--progress %q: use auto, line or log", o.Progress)
 	}
@@ -103,17 +117,6 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return flagval.Usage(err)
 	}
-	s, err := openStore(ctx, o.Store)
-	if err != nil {
-		return err
-	}
-	if err := store.Probe(ctx, s); err != nil {
-		return fmt.Errorf("refusing store %s: %w", store.Redact(o.Store), err)
-	}
-	l, err := txn.Open(ctx, s)
-	if err != nil {
-		return err
-	}
 	logger := newLogger(stderr, o.Verbose)
 	m := newRunMetrics()
 	if o.MetricsAddr != "" {
@@ -123,13 +126,18 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 	}
+	s, l, err := connect(ctx, connectOptions{URL: o.Store, FailFast: o.Once, Timeout: o.StartTimeout, Logger: logger, Waiting: m.waitingForStore})
+	if err != nil {
+		return err
+	}
 	prog := newProgress(stderr, o.Progress, logger, streamHead(ctx, l))
 	defer prog.stop()
 	summary := &onceSummary{out: stdout}
 	err = stage.Run(ctx, stage.RunOptions{
 		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
-		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Logger: logger,
-		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
+		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Logger: logger, ConsumerTimeout: o.ConsumerTimeout,
+		StoreWaiting: m.waitingForStore,
+		Observe:      func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
 		OnBatch: func(e stage.BatchEvent) {
 			m.batch(e)
 			prog.batch(e)
@@ -153,6 +161,15 @@ type runMetrics struct {
 	tgbs, bytes, rejected       prometheus.Counter
 	latency                     prometheus.Histogram
 	group                       prometheus.Histogram
+	storeWaiting                prometheus.Gauge
+}
+
+func (m *runMetrics) waitingForStore(on bool) {
+	if on {
+		m.storeWaiting.Set(1)
+	} else {
+		m.storeWaiting.Set(0)
+	}
 }
 
 func newRunMetrics() *runMetrics {
@@ -172,7 +189,9 @@ func newRunMetrics() *runMetrics {
 		Help: "From a TGB's data being durable to its step being visible.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
 	m.group = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lakefs", Subsystem: "produce", Name: "commit_group_size",
 		Help: "TGBs per committed version.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
-	m.reg.MustRegister(m.latency, m.group, collectors.NewGoCollector())
+	m.storeWaiting = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lakefs", Subsystem: "produce", Name: "store_waiting",
+		Help: "1 while the producer waits for an unreachable or unavailable store."})
+	m.reg.MustRegister(m.latency, m.group, m.storeWaiting, collectors.NewGoCollector())
 	return m
 }
 
