@@ -542,8 +542,15 @@ func (r *runner) sameAsCommitted(ctx context.Context, name string) (step int64, 
 		}
 	}
 	if tgb == nil {
-		// Others may have committed it while this producer was down, and gc
-		// reclaimed the step since: its object describes itself until gc
+		// Committed, and the step reclaimed since (others may have
+		// committed it while this producer was down): the producer state
+		// keeps the batch's print.
+		if p := st.Producers[r.ProducerID]; p != nil {
+			if pr, ok := p.PrintOf(name); ok {
+				return r.sameAsPrint(ctx, name, pr)
+			}
+		}
+		// A state from before prints: the object describes itself until gc
 		// deletes it after the grace period.
 		if tgb, err = r.Log.ReclaimedBatch(ctx, st, r.ProducerID, name); err != nil {
 			return -1, "", err
@@ -597,6 +604,29 @@ func (r *runner) sameAsCommitted(ctx context.Context, name string) (step int64, 
 		}
 	}
 	return tgb.Step, "", nil
+}
+
+// sameAsPrint compares the staged batch name with the print of what was
+// committed under that name, as a step since reclaimed (step -1).
+func (r *runner) sameAsPrint(ctx context.Context, name string, pr txn.BatchPrint) (step int64, why string, err error) {
+	b, err := r.Tree.Load(name, r.Log.Config.Ranks)
+	if errors.Is(err, ErrInvalid) {
+		return -1, fmt.Sprintf("batch %q was already committed as a step since reclaimed, and the staged batch differs: %v", name, err), nil
+	}
+	if err != nil {
+		return -1, "", err
+	}
+	got, err := r.Log.PrintBatch(ctx, b.Batch())
+	if errors.Is(err, txn.ErrSource) {
+		return -1, fmt.Sprintf("batch %q was already committed as a step since reclaimed, and the staged batch differs: %v", name, err), nil
+	}
+	if err != nil {
+		return -1, "", err
+	}
+	if got != pr {
+		return -1, fmt.Sprintf("batch %q was already committed as a step since reclaimed with other content (its files' names, sizes or CRC32Cs differ): a writer reused a committed batch name; rename it to sort after %q to commit it", name, r.cursor), nil
+	}
+	return -1, "", nil
 }
 
 func fileCRC(ctx context.Context, path string) (uint32, error) {

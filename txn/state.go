@@ -22,6 +22,33 @@ type ProducerState struct {
 	// TGBs (at most maxRecent, oldest first), so a restarted producer can
 	// tell a committed batch from an uncommitted one.
 	Recent []string `json:"recent,omitempty"`
+	// Prints are the content fingerprints of the newest of those batches:
+	// Prints[i] belongs to Recent[len(Recent)-len(Prints)+i] (a snapshot
+	// written before prints existed has fewer). They prove a leftover
+	// staged batch committed after gc deleted its object (BatchPrint).
+	Prints []BatchPrint `json:"prints,omitempty"`
+}
+
+// BatchPrint fingerprints a committed batch's content without its bytes:
+// where its object's table starts (the data's and sections' total size)
+// and the table's CRC32C. The table holds each region's section CRC, and
+// the sections every file's name, size and chunk CRC32Cs, so a batch that
+// lays out to the same print holds the same files, up to a 2^-32 chance of
+// a CRC collision between two different file lists of equal total size.
+type BatchPrint struct {
+	Table    int64  `json:"table"`
+	TableCRC uint32 `json:"table_crc"`
+}
+
+// PrintOf is the print of the producer's recent batch, if it is known.
+func (p *ProducerState) PrintOf(batch string) (BatchPrint, bool) {
+	off := len(p.Recent) - len(p.Prints)
+	for i := len(p.Recent) - 1; i >= max(off, 0); i-- {
+		if p.Recent[i] == batch {
+			return p.Prints[i-off], true
+		}
+	}
+	return BatchPrint{}, false
 }
 
 // PendingDelete is a set of data objects whose steps were reclaimed at
@@ -107,6 +134,7 @@ func (s *State) Clone() *State {
 	for id, p := range s.Producers {
 		cp := *p
 		cp.Recent = slices.Clone(p.Recent)
+		cp.Prints = slices.Clone(p.Prints)
 		c.Producers[id] = &cp
 	}
 	c.Checkpoints = slices.Clone(s.Checkpoints)
@@ -192,6 +220,9 @@ func (s *State) apply(v *Version) {
 		p := s.Producers[t.Producer]
 		if t.Batch != "" {
 			p.Recent = append(p.Recent, t.Batch)
+			if v.Format >= 3 {
+				p.Prints = append(p.Prints, BatchPrint{Table: t.Object.Table, TableCRC: t.Object.TableCRC})
+			}
 		}
 		if v.Format >= 3 {
 			p.Seq, p.Cursor = t.Seq, t.Cursor
@@ -205,6 +236,9 @@ func (s *State) apply(v *Version) {
 	for _, t := range v.TGBs {
 		if p := s.Producers[t.Producer]; len(p.Recent) > maxRecent {
 			p.Recent = slices.Clone(p.Recent[len(p.Recent)-maxRecent:])
+		}
+		if p := s.Producers[t.Producer]; len(p.Prints) > len(p.Recent) {
+			p.Prints = slices.Clone(p.Prints[len(p.Prints)-len(p.Recent):])
 		}
 	}
 	for _, c := range v.Checkpoints {
@@ -270,7 +304,7 @@ func (s *State) validate(cfg *StreamConfig) error {
 		}
 	}
 	for id, p := range s.Producers {
-		if p == nil || p.ID != id {
+		if p == nil || p.ID != id || len(p.Prints) > len(p.Recent) {
 			return fmt.Errorf("producer entry %q is inconsistent", id)
 		}
 	}
