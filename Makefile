@@ -70,9 +70,9 @@ demo: build
 
 # The benchmark report (docs/bench/REPORT.md and its PNGs), <= 20 minutes
 # on a 2-core VM, loopback only. BENCH_FLAGS passes flags to the generator
-# (go run ./internal/benchreport/cmd -help), e.g. BENCH_FLAGS='-repeats 1'.
+# (bin/lakefs-bench report --help), e.g. BENCH_FLAGS='--repeats 1'.
 bench: build tools bench-peers
-	$(GO) run ./internal/benchreport/cmd -out docs/bench $(BENCH_FLAGS)
+	bin/lakefs-bench report --out docs/bench $(BENCH_FLAGS)
 
 # The read peers the report compares with (Debian packages).
 bench-peers:

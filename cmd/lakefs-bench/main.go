@@ -17,7 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/bench"
 	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/cliapp"
 )
@@ -45,7 +45,7 @@ EXIT STATUS:
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
-			benchIngestCommand(), benchReadCommand(), benchScaleCommand(),
+			benchIngestCommand(), benchReadCommand(), benchScaleCommand(), benchReportCommand(),
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   bench.DefaultWorkerArgs[0],

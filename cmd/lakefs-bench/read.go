@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/bench"
 	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/txn"

@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakestream/lakestream/bench/scale"
 	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
-	"github.com/lakestream/lakestream/internal/scale"
 	"github.com/lakestream/lakestream/txn"
 )
 

@@ -15,7 +15,7 @@ func TestProducerLinksNoFUSEOrNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"github.com/hanwen/go-fuse", "github.com/nats-io/", "github.com/lakestream/lakestream/mount", "github.com/lakestream/lakestream/internal/bench"} {
+		for _, banned := range []string{"github.com/hanwen/go-fuse", "github.com/nats-io/", "github.com/lakestream/lakestream/mount", "github.com/lakestream/lakestream/bench"} {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("lakefs-produce links %s", dep)
 			}

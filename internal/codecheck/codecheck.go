@@ -354,8 +354,8 @@ func Root(dir string) (string, error) {
 
 // Layers is the import rule of the repository's packages. Directories are
 // relative to the module root; a package belongs to the floor of its
-// longest listed directory prefix, and packages on no floor (internal/,
-// integration/) are not judged as importers.
+// longest listed directory prefix, and packages on no floor (integration/)
+// are not judged as importers.
 type Layers struct {
 	// Floors maps a directory to its floor: a package may import packages
 	// on lower floors only.
@@ -364,7 +364,8 @@ type Layers struct {
 	// may import each other's packages anyway.
 	Sideways map[string]bool
 	// Private lists directories that no package on a floor below
-	// PrivateAbove may import (benchmark and test machinery).
+	// PrivateAbove may import (benchmark and test machinery), unless it
+	// is such machinery itself.
 	Private      []string
 	PrivateAbove int
 }
@@ -424,7 +425,7 @@ func Layering(root string, ls Layers) ([]string, error) {
 // import package to, or "".
 func (ls Layers) judge(dir string, floor int, top, to string) string {
 	for _, p := range ls.Private {
-		if floor < ls.PrivateAbove && (to == p || strings.HasPrefix(to, p+"/")) {
+		if floor < ls.PrivateAbove && under(to, p) && !ls.private(dir) {
 			return fmt.Sprintf("%s imports %s, benchmark or test machinery that production packages must not carry", dir, to)
 		}
 	}
@@ -439,6 +440,18 @@ func (ls Layers) judge(dir string, floor int, top, to string) string {
 	}
 	return ""
 }
+
+// private reports whether dir is machinery itself: it may use the rest.
+func (ls Layers) private(dir string) bool {
+	for _, p := range ls.Private {
+		if under(dir, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func under(dir, p string) bool { return dir == p || strings.HasPrefix(dir, p+"/") }
 
 // modulePath reads the module path from root's go.mod.
 func modulePath(root string) (string, error) {

@@ -19,20 +19,21 @@ var longFuncExceptions = map[string]int{}
 // and layering).
 var layers = Layers{
 	Floors: map[string]int{
-		"store": 0, "txn": 1, "cache": 2, "stage": 2, "fs": 3,
-		"mount": 4, "csi": 4, "cmd": 5,
+		"internal": -1, // leaf helpers: they import only each other
+		"store":    0, "txn": 1, "cache": 2, "stage": 2, "fs": 3,
+		"mount": 4, "csi": 4, "bench": 5, "cmd": 6,
 	},
 	// csi parses volume attributes with mount's option table and runs
 	// lakefs-mount through mount/proc.
 	Sideways: map[string]bool{"csi->mount": true},
 	Private: []string{
-		"internal/bench", "internal/benchreport", "internal/scale",
-		"internal/s3test", "internal/codecheck", "store/storetest",
+		"bench", "internal/s3test", "internal/codecheck", "store/storetest",
 		"internal/procstat", "txn/txntest",
 	},
-	// lakefs-bench hosts the benchmarks; lakefs-produce's
-	// TestProducerLinksNoFUSEOrNATS keeps them out of the producer.
-	PrivateAbove: 5,
+	// Only cmd/ may import them: lakefs-bench hosts the benchmarks, and
+	// lakefs-produce's TestProducerLinksNoFUSEOrNATS keeps them out of
+	// the producer.
+	PrivateAbove: 6,
 }
 
 func repoRoot(t *testing.T) string {

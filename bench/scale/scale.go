@@ -39,7 +39,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/bench"
 	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/mount/proc"
 	"github.com/lakestream/lakestream/store"

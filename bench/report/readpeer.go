@@ -1,4 +1,4 @@
-package benchreport
+package report
 
 import (
 	"bytes"

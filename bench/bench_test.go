@@ -274,7 +274,7 @@ func TestIngestS3(t *testing.T) {
 // TGBs on versitygw, for profiles of the commit path:
 //
 //	go test -run x -bench IngestS3Profile -benchtime 1x -cpuprofile cpu.out \
-//	    -blockprofile block.out -mutexprofile mutex.out ./internal/bench/
+//	    -blockprofile block.out -mutexprofile mutex.out ./bench/
 func BenchmarkIngestS3Profile(b *testing.B) {
 	srv := s3test.Start(b)
 	base := srv.NewBucketURL(b)

@@ -1,4 +1,4 @@
-package benchreport
+package report
 
 import (
 	"bytes"
@@ -82,11 +82,11 @@ func (o *Options) defaults() error {
 	}
 	for _, b := range []string{"lakefs-produce", "lakefs-mount", "lakefs-bench"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
-			return fmt.Errorf("benchreport: %s not found in %s; run make build first", b, o.BinDir)
+			return fmt.Errorf("lakefs-bench report: %s not found in %s; run make build first", b, o.BinDir)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(o.Tools, "bin", "versitygw")); err != nil {
-		return fmt.Errorf("benchreport: versitygw not found under %s/bin; run make tools first", o.Tools)
+		return fmt.Errorf("lakefs-bench report: versitygw not found under %s/bin; run make tools first", o.Tools)
 	}
 	return nil
 }

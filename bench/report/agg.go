@@ -1,10 +1,10 @@
-// Package benchreport is `make bench`: it runs the project's benchmark
+// Package report is `make bench`: it runs the project's benchmark
 // commands (bench ingest, bench read, bench scale, each with --json) and
 // the peers they are compared with, side by side and repeated, and writes
 // docs/bench/REPORT.md with tables (median and min-max over the repeats)
 // and PNG plots. A bench command that does not exist in this build is
 // named in the report as missing rather than failing the whole report.
-package benchreport
+package report
 
 import (
 	"encoding/json"

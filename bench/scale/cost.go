@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/lakestream/lakestream/internal/bench"
+	"github.com/lakestream/lakestream/bench"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
