@@ -71,6 +71,12 @@ type Options struct {
 	JSON     bool
 	Keep     bool // keep the streams
 	Logger   *slog.Logger
+	// PadParallel bounds the log writes in flight while padding (default
+	// 32).
+	PadParallel int
+	// GC runs gc once at the end (in a child process, as if two hours
+	// later: every padding version reclaimable) and prints a "gc" row.
+	GC bool
 
 	// Cost runs the cost measurement (cost.go) instead of the rows above,
 	// once per rank count; it needs an s3:// store with endpoint=.
@@ -94,20 +100,41 @@ type Row struct {
 	Steps    int    `json:"steps"`
 	Versions int    `json:"versions"`
 
-	RecordBytes   int     `json:"record_bytes,omitempty"`    // version record of one step
-	SnapshotBytes int     `json:"snapshot_bytes,omitempty"`  // a step's share of a snapshot
-	SnapshotTotal int     `json:"snapshot_total,omitempty"`  // the newest snapshot
-	ObjectBytes   int64   `json:"object_bytes,omitempty"`    // one step's data object
-	IndexBytes    int64   `json:"index_bytes,omitempty"`     // its index
-	WritesPerStep float64 `json:"writes_per_step,omitempty"` // PUTs + creates
-	LoadMs        float64 `json:"load_ms,omitempty"`         // Open + Load of the log
-	MountHeadMs   float64 `json:"mount_head_ms,omitempty"`   // lakefs-mount start -> head shown
-	MountRSSMiB   float64 `json:"mount_rss_mib,omitempty"`   // peak RSS after reading one rank
-	LsMsP50       float64 `json:"ls_ms_p50,omitempty"`       // ls of a rank directory, first time
-	LsMsMax       float64 `json:"ls_ms_max,omitempty"`       //
-	FindMs        float64 `json:"find_ms,omitempty"`         // find of one rank over all steps
-	ReadRanks     int     `json:"read_ranks,omitempty"`      // ranks read for the RSS figure
-	ReadMBytes    float64 `json:"read_mbytes,omitempty"`     // bytes read for the RSS figure
+	BuildS float64 `json:"build_s,omitempty"` // building the stream (not measured)
+	PadS   float64 `json:"pad_s,omitempty"`   // of which padding the log
+
+	RecordBytes   int `json:"record_bytes,omitempty"`   // version record of one step
+	SnapshotBytes int `json:"snapshot_bytes,omitempty"` // a step's share of a snapshot
+	SnapshotTotal int `json:"snapshot_total,omitempty"` // the newest snapshot
+	// LogBytesPerStep: the record plus its share of the snapshots (one
+	// every SnapshotEvery versions, each holding the live window).
+	LogBytesPerStep float64 `json:"log_bytes_per_step,omitempty"`
+	ObjectBytes     int64   `json:"object_bytes,omitempty"`    // one step's data object
+	IndexBytes      int64   `json:"index_bytes,omitempty"`     // its index
+	WritesPerStep   float64 `json:"writes_per_step,omitempty"` // PUTs + creates
+	LoadMs          float64 `json:"load_ms,omitempty"`         // Open + Load of the log
+	LoadRequests    int64   `json:"load_requests,omitempty"`   // its store requests
+	MountHeadMs     float64 `json:"mount_head_ms,omitempty"`   // lakefs-mount start -> head shown
+	MountRSSMiB     float64 `json:"mount_rss_mib,omitempty"`   // peak RSS after reading one rank
+	LsMsP50         float64 `json:"ls_ms_p50,omitempty"`       // ls of a rank directory, first time
+	LsMsMax         float64 `json:"ls_ms_max,omitempty"`       //
+	FindMs          float64 `json:"find_ms,omitempty"`         // find of one rank over all steps
+	ReadRanks       int     `json:"read_ranks,omitempty"`      // ranks read for the RSS figure
+	ReadMBytes      float64 `json:"read_mbytes,omitempty"`     // bytes read for the RSS figure
+
+	StatusMs             float64 `json:"status_ms,omitempty"`
+	StatusRequests       int64   `json:"status_requests,omitempty"`
+	VerifyMs             float64 `json:"verify_ms,omitempty"` // of the live steps
+	VerifyRequests       int64   `json:"verify_requests,omitempty"`
+	ProducerOpenMs       float64 `json:"producer_open_ms,omitempty"` // restart: load + register
+	ProducerOpenRequests int64   `json:"producer_open_requests,omitempty"`
+	ProducerCommitMs     float64 `json:"producer_commit_ms,omitempty"` // restart -> its first step visible
+	NodeRanks            int     `json:"node_ranks,omitempty"`         // a mount with --ranks 0-7
+	NodeHeadMs           float64 `json:"node_head_ms,omitempty"`
+	NodeRSSMiB           float64 `json:"node_rss_mib,omitempty"` // after stat of every file of its ranks
+
+	GC       *GCResult `json:"gc,omitempty"`
+	GCRSSMiB float64   `json:"gc_rss_mib,omitempty"`
 
 	Mounts          int     `json:"mounts,omitempty"`
 	ReqPerSec       float64 `json:"requests_per_s_per_mount,omitempty"`
@@ -148,6 +175,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Window == 0 {
 		o.Window = 20 * time.Second
+	}
+	if o.PadParallel == 0 {
+		o.PadParallel = 32
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -233,23 +263,14 @@ func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 	}
 	defer done()
 	row := Row{Kind: "stream", Ranks: ranks, Files: o.Files, Steps: o.Steps, Versions: o.Versions}
-	// Build in memory with the real producer, then copy: the copy is
-	// the same objects a producer would have written, without paying the
-	// store's commit latency V times.
-	src := &countingStore{Store: store.NewMem()}
-	l, err := txn.Create(ctx, src, txn.CreateOptions{Ranks: ranks})
+	l, err := build(ctx, o, dst, ranks, &row)
 	if err != nil {
 		return err
 	}
-	if err := produce(ctx, l, o, ranks, &row, src); err != nil {
-		return err
-	}
-	if err := copyAll(ctx, src, dst); err != nil {
-		return fmt.Errorf("copying the stream to the store: %w", err)
-	}
 
 	start := time.Now()
-	dl, err := txn.Open(ctx, dst)
+	counted := store.NewFaulty(dst, 1)
+	dl, err := txn.Open(ctx, counted)
 	if err != nil {
 		return err
 	}
@@ -257,18 +278,21 @@ func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 	if err != nil {
 		return err
 	}
-	row.LoadMs = ms(time.Since(start))
+	row.LoadMs, row.LoadRequests = ms(time.Since(start)), requests(counted)
 	if st.Version != uint64(o.Versions) {
 		return fmt.Errorf("log has %d versions, built %d", st.Version, o.Versions)
 	}
 	if err := measureMount(ctx, o, url, st, &row); err != nil {
 		return err
 	}
+	if err := measureStarts(ctx, o, l, url, &row); err != nil {
+		return err
+	}
 	out.row(row)
 
 	for _, k := range o.Mounts {
 		for _, mode := range []string{"idle", "follow"} {
-			r, err := measureMounts(ctx, o, url, dl, k, mode)
+			r, err := measureMounts(ctx, o, url, l, k, mode)
 			if err != nil {
 				return fmt.Errorf("%d %s mounts: %w", k, mode, err)
 			}
@@ -276,95 +300,15 @@ func runRanks(ctx context.Context, o Options, ranks int, out *printer) error {
 			out.row(r)
 		}
 	}
-	return nil
-}
-
-// produce commits o.Steps TGBs of ranks x o.Files files, then pads the log
-// with checkpoint records to o.Versions versions.
-func produce(ctx context.Context, l *txn.Log, o Options, ranks int, row *Row, cs *countingStore) error {
-	p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "scale", Logger: o.Logger})
-	if err != nil {
-		return err
-	}
-	data := make([]byte, o.FileSize)
-	for i := range data {
-		data[i] = byte(i)
-	}
-	var writes int64
-	for s := range o.Steps {
-		b := txn.Batch{Name: fmt.Sprintf("b%08d", s), Cursor: fmt.Sprintf("b%08d", s), Ranks: make([][]txn.FileSource, ranks)}
-		for r := range b.Ranks {
-			fs := make([]txn.FileSource, o.Files)
-			for f := range fs {
-				fs[f] = txn.BytesFile(fmt.Sprintf("sample-%03d.bin", f), data)
-			}
-			b.Ranks[r] = fs
-		}
-		before := cs.writes.Load()
-		pd, err := p.Append(ctx, b)
+	if o.GC {
+		r, err := measureGC(ctx, o, url)
 		if err != nil {
-			return err
+			return fmt.Errorf("gc: %w", err)
 		}
-		// One step at a time, so that each version holds one TGB and the
-		// writes are counted per step.
-		if _, err := pd.Wait(ctx); err != nil {
-			return err
-		}
-		writes += cs.writes.Load() - before
+		r.Ranks, r.Files, r.Steps, r.Versions = ranks, o.Files, o.Steps, o.Versions
+		out.row(r)
 	}
-	if err := p.Close(ctx); err != nil {
-		return err
-	}
-	row.WritesPerStep = float64(writes) / float64(o.Steps)
-	st, err := l.Load(ctx)
-	if err != nil {
-		return err
-	}
-	rec, err := store.ReadAll(ctx, l.Store, txn.VersionKey(st.Version))
-	if err != nil {
-		return err
-	}
-	row.RecordBytes = len(rec)
-	t := st.Steps[len(st.Steps)-1]
-	share, _ := json.Marshal(t)
-	row.SnapshotBytes = len(share) + 1
-	row.ObjectBytes = t.Object.Size
-	row.IndexBytes = t.Object.Size - t.Object.Data
-	head, _ := st.Head()
-	for st.Version < uint64(o.Versions) {
-		if _, err := l.Commit(ctx, st, func(*txn.State) (*txn.Version, error) {
-			return &txn.Version{Checkpoints: []int64{head}}, nil
-		}, o.Logger); err != nil {
-			return err
-		}
-	}
-	var newest uint64
-	err = store.Walk(ctx, l.Store, txn.LogPrefix, "", func(i store.Info) error {
-		if v, ok := txn.ParseSnapshotKey(i.Key); ok && v > newest {
-			newest, row.SnapshotTotal = v, int(i.Size)
-		}
-		return nil
-	})
-	return err
-}
-
-func copyAll(ctx context.Context, src, dst store.Store) error {
-	var keys []store.Info
-	if err := store.Walk(ctx, src, "", "", func(i store.Info) error { keys = append(keys, i); return nil }); err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for _, k := range keys {
-		g.Go(func() error {
-			b, err := store.ReadAll(gctx, src, k.Key)
-			if err != nil {
-				return err
-			}
-			return store.PutBytes(gctx, dst, k.Key, b)
-		})
-	}
-	return g.Wait()
+	return nil
 }
 
 // mountProc is one lakefs-mount child process, served and ready.
@@ -635,26 +579,37 @@ func (p *printer) row(r Row) {
 		fmt.Fprintln(p.w, string(b))
 		return
 	}
-	if r.Kind == "stream" {
-		if !p.hdr["stream"] {
-			fmt.Fprintln(p.tw, "ranks\tfiles/rank\tsteps\tversions\trecord B\tsnapshot B/step\tsnapshot B\tobject B\tindex B\twrites/step\tload ms\tmount head ms\tls ms p50/max\tfind ms\tmount RSS MiB (ranks read)\t")
-			p.hdr["stream"] = true
-		}
-		fmt.Fprintf(p.tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f/%.1f\t%.0f\t%.1f (%d)\t\n",
-			r.Ranks, r.Files, r.Steps, r.Versions, r.RecordBytes, r.SnapshotBytes, r.SnapshotTotal, r.ObjectBytes, r.IndexBytes,
-			r.WritesPerStep, r.LoadMs, r.MountHeadMs, r.LsMsP50, r.LsMsMax, r.FindMs, r.MountRSSMiB, r.ReadRanks)
-	} else {
-		if !p.hdr["mounts"] {
-			p.tw.Flush()
-			fmt.Fprintln(p.tw, "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tseen p50 ms\tseen max ms\t")
-			p.hdr["mounts"] = true
-		}
+	switch r.Kind {
+	case "stream":
+		p.header("stream", "ranks\tfiles/rank\tsteps\tversions\tbuild s\trecord B\tlog B/step\tsnapshot B\tobject B\tindex B\twrites/step\tload ms (req)\tmount head ms\tls ms p50/max\tfind ms\tmount RSS MiB (ranks read)\tstatus ms (req)\tverify ms\trestart open (req) / commit ms\tnode of %d ranks: head ms, RSS MiB\t", nodeRanks)
+		fmt.Fprintf(p.tw, "%d\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d\t%d\t%d\t%.1f\t%.1f (%d)\t%.1f\t%.1f/%.1f\t%.0f\t%.1f (%d)\t%.1f (%d)\t%.0f\t%.1f (%d) / %.1f\t%.0f, %.1f\t\n",
+			r.Ranks, r.Files, r.Steps, r.Versions, r.BuildS, r.RecordBytes, r.LogBytesPerStep, r.SnapshotTotal, r.ObjectBytes, r.IndexBytes,
+			r.WritesPerStep, r.LoadMs, r.LoadRequests, r.MountHeadMs, r.LsMsP50, r.LsMsMax, r.FindMs, r.MountRSSMiB, r.ReadRanks,
+			r.StatusMs, r.StatusRequests, r.VerifyMs, r.ProducerOpenMs, r.ProducerOpenRequests, r.ProducerCommitMs, r.NodeHeadMs, r.NodeRSSMiB)
+	case "gc":
+		p.header("gc", "\nranks\tversions\tgc ms\tlog objects deleted\tLIST pages\tlistings of the whole log\tdelete calls\trequests\tpeak RSS MiB\t")
+		g := r.GC
+		fmt.Fprintf(p.tw, "%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Ranks, r.Versions, g.Ms, g.LogDeleted, g.Lists, g.LogWalks, g.Deletes, g.Requests, r.GCRSSMiB)
+	default:
+		p.header("mounts", "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tseen p50 ms\tseen max ms\t")
 		req, get := "n/a (file://)", "n/a"
 		if r.RequestsCounted {
 			req, get = fmt.Sprintf("%.3f", r.ReqPerSec), fmt.Sprintf("%.3f", r.GetPerSec)
 		}
 		fmt.Fprintf(p.tw, "%d\t%s\t%d\t%s\t%s\t%.0f\t%.0f\t\n", r.Ranks, r.Kind, r.Mounts, req, get, r.SeenP50Ms, r.SeenMaxMs)
 	}
+}
+
+// header prints a table's header once; a new table flushes the last.
+func (p *printer) header(kind, format string, args ...any) {
+	if p.hdr[kind] {
+		return
+	}
+	if len(p.hdr) > 0 {
+		p.tw.Flush()
+	}
+	fmt.Fprintf(p.tw, format+"\n", args...)
+	p.hdr[kind] = true
 }
 
 func (p *printer) flush() { p.tw.Flush() }

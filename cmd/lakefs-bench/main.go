@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/bench"
+	"github.com/lakestream/lakestream/bench/scale"
 	"github.com/lakestream/lakestream/internal/buildinfo"
 	"github.com/lakestream/lakestream/internal/cliapp"
 )
@@ -46,6 +47,18 @@ EXIT STATUS:
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			benchIngestCommand(), benchReadCommand(), benchScaleCommand(), benchReportCommand(),
+			{
+				// bench scale --gc runs gc in a child process of this binary.
+				Name:   scale.GCChildArgs[0],
+				Hidden: true,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "store", Required: true},
+					&cli.DurationFlag{Name: "clock-offset"},
+				},
+				Action: func(c *cli.Context) error {
+					return scale.GCChild(c.Context, c.String("store"), c.Duration("clock-offset"), c.App.Writer)
+				},
+			},
 			{
 				// Processes mode re-executes this binary as a worker.
 				Name:   bench.DefaultWorkerArgs[0],

@@ -19,7 +19,8 @@ type benchScaleOptions struct {
 	Files, FileSize, Steps, Versions int
 	ReadRanks                        int
 	Window                           time.Duration
-	JSON, Keep                       bool
+	JSON, Keep, GC                   bool
+	PadParallel                      int
 
 	Cost                 bool
 	CompareMountBin      string
@@ -32,13 +33,21 @@ func benchScaleCommand() *cli.Command {
 		Name:      "scale",
 		Usage:     "measure what a stream costs as ranks, files and nodes grow",
 		UsageText: "lakefs-bench scale --store URL [--ranks 64,1024 --files 16 --steps 100 --versions 10000 --mounts 10 --window 20s --json]",
-		Description: `Builds a stream of R ranks x F files x N steps with the real producer, pads
-its log to V versions, copies it under a fresh prefix of the store and
-prints, per rank count: bytes of a step's version record and of its share
-of a snapshot, object and index bytes, store writes per step, Open+Load
-time, a new lakefs-mount's time to show the head, ls of a rank directory,
-find of one rank over every step, and the mount's peak RSS after reading
-every file of one rank. Then, per --mounts K, the store requests per second
+		Description: `Builds a stream of R ranks x F files x N steps with the real producer under a
+fresh prefix of the store, pads its log to V versions there (written in
+parallel; how long building took is printed apart), and prints, per rank
+count: bytes of a step's version record and its log bytes per step with
+its share of the snapshots, object and index bytes, store writes per
+step, Open+Load time and requests, a new lakefs-mount's time to show the
+head, ls of a rank directory, find of one rank over every step, the
+mount's peak RSS after reading every file of --read-ranks ranks, status
+and verify (of the live steps) with their requests, a restarted
+producer's time to register and to its first commit, and a node showing
+ranks 0-7: its time to the head and its peak RSS once every file of its
+ranks was listed (metadata only). With --gc, last, one gc in a child
+process as if two hours later (every padding version reclaimable): its
+time, LIST pages, listings of the whole log, delete calls and peak RSS.
+Then, per --mounts K, the store requests per second
 per mount of K idle lakefs-mount processes and of K whose readers follow
 the head while a producer commits a step a second (counted by a proxy in
 front of an s3:// endpoint; not counted on file://), and how soon a waiting
@@ -72,6 +81,8 @@ Examples:
 			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the streams in the store"},
+			&cli.BoolFlag{Name: "gc", Destination: &o.GC, Usage: "last, run gc once in a child process as if two hours later (every padding version reclaimable): time, requests, peak RSS"},
+			&cli.IntFlag{Name: "pad-parallel", Value: 32, Destination: &o.PadParallel, Usage: "log writes in flight while padding the log to --versions"},
 			&cli.BoolFlag{Name: "cost", Destination: &o.Cost, Usage: "measure requests per node per step and their cost (docs/bench/COST.md)"},
 			&cli.StringFlag{Name: "compare-mount-bin", Destination: &o.CompareMountBin, Usage: "with --cost: another build's lakefs-mount, run side by side"},
 			&cli.IntFlag{Name: "nodes", Value: 8, Destination: &o.CostNodes, Usage: "with --cost: mounts per build"},
@@ -93,8 +104,11 @@ func benchScale(ctx context.Context, o benchScaleOptions, stdout io.Writer) erro
 	}
 	so := scale.Options{
 		StoreURL: o.Store, Files: o.Files, ReadRanks: o.ReadRanks, FileSize: o.FileSize, Steps: o.Steps, Versions: o.Versions,
-		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{},
+		Window: o.Window, MountBin: o.MountBin, JSON: o.JSON, Keep: o.Keep, Mounts: []int{}, GC: o.GC, PadParallel: o.PadParallel,
 		Cost: o.Cost, CompareMountBin: o.CompareMountBin, CostNodes: o.CostNodes, CostRanks: o.CostRanks,
+	}
+	if o.PadParallel < 1 {
+		return flagval.Usagef("--pad-parallel %d: want at least 1", o.PadParallel)
 	}
 	if o.CostNodes < 1 || o.CostRanks < 1 {
 		return flagval.Usagef("--nodes %d, --node-ranks %d: want at least 1 each", o.CostNodes, o.CostRanks)
