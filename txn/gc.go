@@ -319,19 +319,26 @@ func sizes(ctx context.Context, s store.Store, keys []string) int64 {
 //     younger than LogRetention (see Refresh: a reader that saw the head
 //     recently trusts "v+1 absent").
 //
-// The hint is left alone: one naming a deleted snapshot makes readers list.
+// The hint is left alone: one naming a deleted snapshot makes readers list
+// the log after it.
+//
+// It lists the log once, keeping each snapshot (one per SnapshotEvery
+// versions) but only the number of each old version: a log of a million
+// versions nobody swept is swept in tens of MiB.
 func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
-	type obj struct {
+	type snap struct {
 		v   uint64
 		key string
-		mod time.Time
+		old bool
 	}
-	var snaps, versions []obj
+	var snaps []snap
+	var versions []uint64 // old ones, ascending
+	old := func(mod time.Time) bool { return now.Sub(mod) > LogRetention }
 	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
 		if v, ok := ParseSnapshotKey(o.Key); ok {
-			snaps = append(snaps, obj{v, o.Key, o.ModTime})
-		} else if v, ok := ParseVersionKey(o.Key); ok {
-			versions = append(versions, obj{v, o.Key, o.ModTime})
+			snaps = append(snaps, snap{v, o.Key, old(o.ModTime)})
+		} else if v, ok := ParseVersionKey(o.Key); ok && old(o.ModTime) {
+			versions = append(versions, v)
 		}
 		return nil
 	})
@@ -341,19 +348,18 @@ func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	old := func(o obj) bool { return now.Sub(o.mod) > LogRetention }
-	var del []string
+	del := make([]string, 0, len(snaps)+len(versions))
 	oldestKept := snaps[len(snaps)-1].v
 	for _, s := range snaps[:len(snaps)-1] {
-		if old(s) {
+		if s.old {
 			del = append(del, s.key)
 		} else {
 			oldestKept = min(oldestKept, s.v)
 		}
 	}
 	for _, v := range versions {
-		if v.v <= oldestKept && old(v) {
-			del = append(del, v.key)
+		if v <= oldestKept {
+			del = append(del, VersionKey(v))
 		}
 	}
 	return del, nil

@@ -125,7 +125,8 @@ func (l *Log) Load(ctx context.Context) (*State, error) {
 
 // loadSnapshot returns the state at the snapshot the hint names, or the
 // empty state when there is no hint. A hint naming a missing snapshot (gc
-// removed it after a newer one was hinted) falls back to listing.
+// removed it after a newer one was hinted) falls back to listing the log
+// after it: gc keeps the newest snapshot, so a newer one is there.
 func (l *Log) loadSnapshot(ctx context.Context) (*State, error) {
 	v, err := l.readHint(ctx)
 	if err != nil {
@@ -136,7 +137,7 @@ func (l *Log) loadSnapshot(ctx context.Context) (*State, error) {
 	}
 	st, err := l.readSnapshot(ctx, v)
 	if errors.Is(err, store.ErrNotFound) {
-		if v, err = l.newestSnapshot(ctx); err != nil {
+		if v, err = l.newestSnapshot(ctx, v); err != nil {
 			return nil, err
 		}
 		if v == 0 {
@@ -159,15 +160,22 @@ func (l *Log) readHint(ctx context.Context) (uint64, error) {
 	if err != nil {
 		// The hint is only a hint: a garbled one costs a listing, not the
 		// stream.
-		return l.newestSnapshot(ctx)
+		return l.newestSnapshot(ctx, 0)
 	}
 	return v, nil
 }
 
-// newestSnapshot lists _log/ for the highest snapshot version (0 if none).
-func (l *Log) newestSnapshot(ctx context.Context) (uint64, error) {
+// newestSnapshot lists _log/ after version from for the highest snapshot
+// version (0 if none). Listing from a known version, not from the log's
+// start, keeps a reader's start O(versions since it) on a log of a million
+// versions that gc has not swept.
+func (l *Log) newestSnapshot(ctx context.Context, from uint64) (uint64, error) {
+	after := ""
+	if from > 0 {
+		after = VersionKey(from)
+	}
 	var newest uint64
-	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
+	err := store.Walk(ctx, l.Store, LogPrefix, after, func(o store.Info) error {
 		if v, ok := ParseSnapshotKey(o.Key); ok && v > newest {
 			newest = v
 		}
@@ -258,7 +266,7 @@ func (l *Log) Refresh(ctx context.Context, st *State) (int, error) {
 				if err != nil {
 					return n, err
 				}
-				fresh, err := l.loadNewest(ctx)
+				fresh, err := l.loadNewest(ctx, st.Version)
 				if err != nil {
 					return n, err
 				}
@@ -343,9 +351,10 @@ func (l *Log) chainCut(ctx context.Context, st *State) (bool, error) {
 	return false, nil
 }
 
-// loadNewest loads from the newest listed snapshot, ignoring the hint.
-func (l *Log) loadNewest(ctx context.Context) (*State, error) {
-	v, err := l.newestSnapshot(ctx)
+// loadNewest loads from the newest snapshot listed after version from,
+// ignoring the hint.
+func (l *Log) loadNewest(ctx context.Context, from uint64) (*State, error) {
+	v, err := l.newestSnapshot(ctx, from)
 	if err != nil {
 		return nil, err
 	}
