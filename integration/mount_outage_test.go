@@ -111,12 +111,15 @@ func TestMountStoreOutageRideOut(t *testing.T) {
 	srv.Stop(syscall.SIGKILL)
 	down := time.Now()
 	close(killed)
-	waitFor(t, 20*time.Second, "/health to say 503 naming a failing source, and its gauge at 1", func() bool {
+	// Not fatal: the reader's outcome below says more.
+	if !within(3*time.Second, func() bool {
 		code, body := outHealth(t, addr)
 		g := outDegraded(t, addr)
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "store calls failing") &&
 			(g["block"] == 1 && strings.Contains(body, "block for") || g["index"] == 1 && strings.Contains(body, "index for"))
-	})
+	}) {
+		t.Errorf("/health and lakefs_mount_degraded do not name a failing read source 3s into the outage")
+	}
 	_, body := outHealth(t, addr)
 	t.Logf("/health during the outage: %s", strings.TrimSpace(body))
 	time.Sleep(4*time.Second - time.Since(down))
