@@ -74,7 +74,8 @@ func outReadRank(t testing.TB, prod *mntProducer, mnt string, step int64, rank i
 // exactly and no error; during the outage /health answers 503 naming the
 // failing sources and lakefs_mount_degraded{source} is 1 for them; after
 // it /health answers 200 and every gauge is 0; a step committed after the
-// restart reaches a reader waiting for it within seconds.
+// restart reaches a reader that has waited for it since the outage began
+// within seconds.
 func TestMountStoreOutageRideOut(t *testing.T) {
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
@@ -111,6 +112,15 @@ func TestMountStoreOutageRideOut(t *testing.T) {
 	srv.Stop(syscall.SIGKILL)
 	down := time.Now()
 	close(killed)
+	// A reader waits at the head through the outage (the tailer polls for
+	// it, and fails, until the store is back).
+	seen := make(chan time.Time, 1)
+	go func() {
+		if _, err := os.Stat(filepath.Join(mnt, "steps", "6")); err != nil {
+			t.Errorf("waiting for step 6: %v", err)
+		}
+		seen <- time.Now()
+	}()
 	// Not fatal: the reader's outcome below says more.
 	if !within(3*time.Second, func() bool {
 		code, body := outHealth(t, addr)
@@ -119,6 +129,9 @@ func TestMountStoreOutageRideOut(t *testing.T) {
 			(g["block"] == 1 && strings.Contains(body, "block for") || g["index"] == 1 && strings.Contains(body, "index for"))
 	}) {
 		t.Errorf("/health and lakefs_mount_degraded do not name a failing read source 3s into the outage")
+	}
+	if !within(3*time.Second, func() bool { return outDegraded(t, addr)["log"] == 1 }) {
+		t.Errorf("lakefs_mount_degraded{source=\"log\"} is not 1 with a reader waiting at the head 3s into the outage")
 	}
 	_, body := outHealth(t, addr)
 	t.Logf("/health during the outage: %s", strings.TrimSpace(body))
@@ -138,14 +151,8 @@ func TestMountStoreOutageRideOut(t *testing.T) {
 	}
 	t.Logf("the reader finished %s after the store was back", time.Since(back).Round(time.Millisecond))
 
-	// A reader waiting at the head sees the next step soon after its commit.
-	seen := make(chan time.Time, 1)
-	go func() {
-		if _, err := os.Stat(filepath.Join(mnt, "steps", "6")); err != nil {
-			t.Errorf("waiting for step 6: %v", err)
-		}
-		seen <- time.Now()
-	}()
+	// The reader waiting at the head since the outage sees the next step
+	// soon after its commit.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	step, err := prod.add(ctx, 6)
@@ -155,6 +162,7 @@ func TestMountStoreOutageRideOut(t *testing.T) {
 	committed := time.Now()
 	select {
 	case at := <-seen:
+		t.Logf("step 6 reached the reader waiting since the outage %s after its commit", at.Sub(committed).Round(time.Millisecond))
 		if d := at.Sub(committed); d > 5*time.Second {
 			t.Errorf("step 6 reached the waiting reader %s after its commit; want within a few seconds", d)
 		}
