@@ -671,13 +671,19 @@ func (m *mounted) tail(ctx context.Context) {
 			fails = 0
 			m.src.log.Answered()
 		}
-		notBefore = last
-		if fails > 0 {
-			notBefore = last.Add(failDelay(fails, m.opts.PollInterval))
-		}
-		at = later(m.nextPoll(f, last), notBefore)
+		at, notBefore = m.schedule(f, last, fails)
 		timer.Reset(time.Until(at))
 	}
+}
+
+// schedule is when to poll after the poll at last, with fails failed polls
+// in a row: nextPoll, but no earlier than notBefore, the failure backoff.
+func (m *mounted) schedule(f *follower, last time.Time, fails int) (at, notBefore time.Time) {
+	notBefore = last
+	if fails > 0 {
+		notBefore = last.Add(failDelay(fails, m.opts.PollInterval))
+	}
+	return later(m.nextPoll(f, last), notBefore), notBefore
 }
 
 // failDelay is the least time before the next poll after fails failed

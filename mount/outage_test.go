@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/cache"
+	"github.com/lakestream/lakestream/fs"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 	"github.com/lakestream/lakestream/txn/txntest"
@@ -157,5 +158,32 @@ func TestDegradedReport(t *testing.T) {
 	src.log.Answered()
 	if d := src.degraded(); d != "" {
 		t.Errorf("degraded after every source answered: %q", d)
+	}
+}
+
+// TestTailBacksOffWhileFailing: a reader waits near the head and the
+// version after it is overdue on a known cadence, so the next poll is due
+// at once; after failed polls the tailer waits failDelay (half of
+// PollInterval, doubling, at most backoffFactor x PollInterval) instead of
+// polling a down store back to back, and polls on the cadence again after
+// a success.
+func TestTailBacksOffWhileFailing(t *testing.T) {
+	st := txn.NewState(txn.StreamConfig{Ranks: 1, ChunkSize: txn.MinChunkSize})
+	m := &mounted{opts: Options{PollInterval: 100 * time.Millisecond, IdlePollInterval: time.Minute}, view: fs.NewView(fs.NewSnapshot(st))}
+	now := time.Now()
+	m.highest.Store(0)
+	m.lastRead.Store(now.UnixNano())
+	f := &follower{st: st, now: time.Now}
+	f.cad = cadence{last: now.Add(-time.Second), interval: 50 * time.Millisecond, samples: knownAfter}
+	if at, _ := m.schedule(f, now, 0); at.After(now) {
+		t.Fatalf("an overdue version on a known cadence is polled %s later; want at once", at.Sub(now))
+	}
+	for fails, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 9: 400 * time.Millisecond} {
+		for range 20 {
+			at, notBefore := m.schedule(f, now, fails)
+			if d := at.Sub(now); d < want/2 || d > want || !at.Equal(notBefore) {
+				t.Fatalf("after %d failed polls the next is %s later (not before %s); want %s to %s", fails, d, notBefore.Sub(now), want/2, want)
+			}
+		}
 	}
 }
