@@ -13,6 +13,10 @@
 //     mismatch is refetched once; a second mismatch is ErrChecksum, a log
 //     line and a count in Stats.VerifyFailures. Failures are never cached.
 //
+//   - A GET that fails transiently (a store restarting) is retried within
+//     Options.Retry's window (retry.go); a missing or corrupt object and a
+//     reader that gave up end the wait at once.
+//
 //   - At most one GET per block is in flight: readers of a block that is
 //     being fetched wait for that fetch (an entry in Cache.calls). A fetch
 //     is cancelled only when every waiter (readers and the prefetch job)
