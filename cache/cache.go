@@ -13,6 +13,10 @@
 //     mismatch is refetched once; a second mismatch is ErrChecksum, a log
 //     line and a count in Stats.VerifyFailures. Failures are never cached.
 //
+//   - A GET that fails transiently (a store restarting) is retried within
+//     Options.Retry's window (retry.go); a missing or corrupt object and a
+//     reader that gave up end the wait at once.
+//
 //   - At most one GET per block is in flight: readers of a block that is
 //     being fetched wait for that fetch (an entry in Cache.calls). A fetch
 //     is cancelled only when every waiter (readers and the prefetch job)
@@ -97,6 +101,9 @@ type Options struct {
 	Logger *slog.Logger
 	// ObserveGet, if set, is called with the latency of every GET.
 	ObserveGet func(time.Duration)
+	// Retry is how block and memory-file GETs wait out transient store
+	// errors (retry.go).
+	Retry Retry
 }
 
 // MinBlocks is the smallest budget, in blocks, that Options.Size may give.
@@ -139,6 +146,7 @@ type Cache struct {
 	chunk       int64
 	log         *slog.Logger
 	observeGet  func(time.Duration)
+	retry       Retry
 	maxRun      int // blocks per prefetch GET, at most
 	lru         *ristretto.Cache[string, *lruRef]
 	free        chan []byte         // reusable block buffers, cap = chunk
@@ -360,6 +368,7 @@ func New(o Options) (*Cache, error) {
 		chunk:       o.ChunkSize,
 		log:         o.Logger,
 		observeGet:  o.ObserveGet,
+		retry:       o.Retry,
 		maxRun:      o.MaxRun,
 		lru:         lru,
 		prefetchSem: semaphore.NewWeighted(prefetchCap),
@@ -629,12 +638,12 @@ func (c *Cache) fetch(ctx context.Context, es []*entry, slot bool) {
 			if rerr != nil {
 				rc.Close()
 				rc = nil
-				if ctx.Err() != nil || permanent(rerr) {
+				if ctx.Err() != nil || !Transient(rerr) {
 					err = rerr
 					c.complete(e, nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err))
 					continue
 				}
-				c.log.Warn("GET broke off; fetching the rest block by block", "pack", p.Key, "block", i, "err", rerr)
+				c.log.Debug("GET broke off; fetching the rest block by block", "pack", p.Key, "block", i, "err", rerr)
 				blk, berr := c.fetchBlock(ctx, p, i, false)
 				c.complete(e, blk, berr)
 				continue
@@ -738,40 +747,22 @@ func (c *Cache) markServed(k blockKey, n int64) {
 	c.mu.Unlock()
 }
 
-// Retry policy of a GET. No retry starts once retryBudget has passed: a
-// quick failure (refused, reset) is worth retrying, but an attempt that
-// took a store timeout (a hung server) would only multiply the reader's
-// wait.
-const (
-	maxAttempts  = 4
-	firstBackoff = 50 * time.Millisecond
-	retryBudget  = 2 * time.Second
-)
-
-// openRange opens n bytes of p at off, retrying transient store errors
-// a few times.
+// openRange opens n bytes of p at off, waiting out transient store errors
+// (c.retry).
 func (c *Cache) openRange(ctx context.Context, p *txn.Pack, off, n int64) (io.ReadCloser, error) {
-	backoff := firstBackoff
-	start := time.Now()
-	for attempt := 1; ; attempt++ {
-		rc, err := store.GetRangeStream(ctx, c.store, p.Key, p.Off+off, n)
-		c.gets.Add(1)
-		if err == nil {
-			return rc, nil
-		}
-		if ctx.Err() != nil || permanent(err) || attempt >= maxAttempts || time.Since(start) > retryBudget {
-			return nil, err
-		}
-		c.log.Warn("GET failed; retrying", "pack", p.Key, "offset", off, "size", n, "attempt", attempt, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		}
-		backoff *= 4
-	}
+	var rc io.ReadCloser
+	err := c.retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		rc, err = c.openOnce(ctx, p, off, n)
+		return err
+	})
+	return rc, err
+}
+
+// openOnce is one GET of n bytes of p at off.
+func (c *Cache) openOnce(ctx context.Context, p *txn.Pack, off, n int64) (io.ReadCloser, error) {
+	c.gets.Add(1)
+	return store.GetRangeStream(ctx, c.store, p.Key, p.Off+off, n)
 }
 
 // readBlock reads block i of p from a stream into a reused buffer and
@@ -802,18 +793,23 @@ func (c *Cache) readBlock(rc io.Reader, p *txn.Pack, i int) (blk *block, err err
 	return blk, nil
 }
 
-// fetchBlock GETs block i of p alone, with retries. again says its bytes
-// already failed verification once: a mismatch now is ErrChecksum; else
-// a mismatch is fetched once more.
+// fetchBlock GETs block i of p alone, waiting out transient store errors
+// (a stream that breaks mid-block is one more failed attempt). again says
+// its bytes already failed verification once: a mismatch now is
+// ErrChecksum; else a mismatch is fetched once more.
 func (c *Cache) fetchBlock(ctx context.Context, p *txn.Pack, i int, again bool) (*block, error) {
 	off, n := int64(i)*c.chunk, c.blockLen(p, i)
 	for {
-		rc, err := c.openRange(ctx, p, off, n)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err)
-		}
-		blk, err := c.readBlock(rc, p, i)
-		rc.Close()
+		var blk *block
+		err := c.retry.Do(ctx, func(ctx context.Context) error {
+			rc, err := c.openOnce(ctx, p, off, n)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			blk, err = c.readBlock(rc, p, i)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err)
 		}
@@ -828,11 +824,6 @@ func (c *Cache) fetchBlock(ctx context.Context, p *txn.Pack, i int, again bool) 
 		}
 		again = true
 	}
-}
-
-// permanent reports store errors that a retry cannot fix.
-func permanent(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRange) || errors.Is(err, store.ErrInvalid)
 }
 
 // keyRing is a bounded set of block keys that forgets the oldest.

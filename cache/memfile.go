@@ -347,64 +347,77 @@ func (f *Files) finish(mf *memFile, fd int, err error) {
 // fill fetches the files of one run, in object order, with one ranged GET
 // (from the first file's first byte to the last one's last) and streams
 // each into its memfd. A file whose bytes fail verification is fetched
-// again alone, once; a second failure is ErrChecksum. slot, if set, is
-// released when the GET is done.
+// again alone, once; a second failure is ErrChecksum. Transient store
+// errors, at the GET or in the middle of its body, are waited out (Retry):
+// the next attempt starts at the first file not yet filled. slot, if set,
+// is released when the GET is done.
 func (f *Files) fill(ctx context.Context, p *txn.Pack, run []*memFile, slot func()) {
 	if slot != nil {
 		defer slot()
 	}
-	off := run[0].key.off - p.Off
-	end := run[len(run)-1].key.off + run[len(run)-1].size - p.Off
-	rc, err := f.c.openRange(ctx, p, off, end-off)
+	next := 0
+	err := f.c.retry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		next, err = f.fillFrom(ctx, p, run, next)
+		return err
+	})
 	if err != nil {
-		for _, mf := range run {
+		for _, mf := range run[next:] {
 			f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
 		}
-		return
+	}
+}
+
+// fillFrom is one GET of run[from:]: it fills the files in turn and
+// returns the index of the first one not finished and the error that
+// stopped it.
+func (f *Files) fillFrom(ctx context.Context, p *txn.Pack, run []*memFile, from int) (int, error) {
+	off := run[from].key.off - p.Off
+	end := run[len(run)-1].key.off + run[len(run)-1].size - p.Off
+	rc, err := f.c.openOnce(ctx, p, off, end-off)
+	if err != nil {
+		return from, err
 	}
 	defer rc.Close()
 	pos := off
-	for i, mf := range run {
-		fo := mf.key.off - p.Off
-		if err == nil && fo > pos {
-			var n int64
-			n, err = io.CopyN(io.Discard, rc, fo-pos)
+	for i := from; i < len(run); i++ {
+		mf := run[i]
+		if fo := mf.key.off - p.Off; fo > pos {
+			n, err := io.CopyN(io.Discard, rc, fo-pos)
 			f.c.fetched.Add(n)
+			if err != nil {
+				return i, err
+			}
 		}
-		pos = fo + mf.size
-		if err != nil {
-			f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
-			continue
-		}
-		var fd int
-		fd, err = f.stream(rc, mf)
+		pos = mf.key.off - p.Off + mf.size
+		fd, err := f.stream(rc, mf)
 		if errors.Is(err, ErrChecksum) {
-			err = nil // the stream is still in step: go on with the rest
+			// The stream is still in step: go on with the rest.
 			go f.refill(ctx, p, mf)
 			continue
 		}
 		if err != nil {
-			err = fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err)
-			for _, rest := range run[i:] {
-				f.finish(rest, -1, err)
-			}
-			return
+			return i, err
 		}
 		f.fills.Add(1)
 		f.finish(mf, fd, nil)
 	}
+	return len(run), nil
 }
 
 // refill fetches a file that failed verification once more, alone.
 func (f *Files) refill(ctx context.Context, p *txn.Pack, mf *memFile) {
 	off := mf.key.off - p.Off
-	rc, err := f.c.openRange(ctx, p, off, mf.size)
-	if err != nil {
-		f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
-		return
-	}
-	defer rc.Close()
-	fd, err := f.stream(rc, mf)
+	var fd int
+	err := f.c.retry.Do(ctx, func(ctx context.Context) error {
+		rc, err := f.c.openOnce(ctx, p, off, mf.size)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		fd, err = f.stream(rc, mf)
+		return err
+	})
 	if errors.Is(err, ErrChecksum) {
 		f.c.log.Error("file failed CRC32C verification twice; opens return EIO",
 			"object", p.Key, "file", mf.name, "object_bytes", fmt.Sprintf("%d-%d", mf.key.off, mf.key.off+mf.size-1))
@@ -444,7 +457,7 @@ func (f *Files) putPiece(b []byte) {
 func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 	fd, err = f.backing.create(mf.name, mf.size)
 	if err != nil {
-		return -1, err
+		return -1, localError{err}
 	}
 	defer func() {
 		if err != nil {
@@ -469,10 +482,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		for w := 0; w < n; {
 			k, err := unix.Pwrite(fd, piece[w:], o+int64(w))
 			if errors.Is(err, unix.ENOSPC) {
-				return -1, fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)
+				return -1, localError{fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)}
 			}
 			if err != nil {
-				return -1, fmt.Errorf("writing a %s file: %w", f.backing.kind, err)
+				return -1, localError{fmt.Errorf("writing a %s file: %w", f.backing.kind, err)}
 			}
 			w += k
 		}
@@ -488,7 +501,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 	}
 	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
 	fd = -1
-	return ro, err
+	if err != nil {
+		return -1, localError{err}
+	}
+	return ro, nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

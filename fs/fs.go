@@ -39,9 +39,11 @@
 // publisher.
 //
 // Lock order: Root.loadedMu, then go-fuse's inode locks; a lazyTree's mu
-// is only ever tried (TryLock) under loadedMu, and loadedMu is never taken
-// under a lazyTree's mu. No other two of the package's locks are held
-// together.
+// is only ever tried (without waiting) under loadedMu, and loadedMu is
+// never taken under a lazyTree's mu. No other two of the package's locks
+// are held together. A lazyTree's mu is a channel so that a lookup waiting
+// for another's build (which may wait out a store outage) gives up when
+// its request is interrupted.
 package fs
 
 import (

@@ -114,33 +114,45 @@ func (t *tree) add(name string, e *treeEntry) {
 
 // lazyTree is a listing built on first use by a function that may fail (a
 // store error); a failure is not kept, so the next use retries. Concurrent
-// first uses wait for one build. A built listing may be evicted (memory
-// bounds) and is then built again on the next use: it is a cache of
-// immutable data, never what decides whether a name exists.
+// first uses wait for one build; a waiter whose context ends stops waiting
+// at once (a build may wait out a store outage for the mount's retry
+// window). A built listing may be evicted (memory bounds) and is then
+// built again on the next use: it is a cache of immutable data, never
+// what decides whether a name exists. A known listing (no build) is
+// immutable and needs no lock.
 type lazyTree struct {
-	mu      sync.Mutex
+	// mu is a lock whose waiters can give up: held while it holds a
+	// token (a channel of capacity 1), nil for a known listing.
+	mu      chan struct{}
 	built   *tree // GUARDED_BY(mu)
 	build   func(ctx context.Context) (*tree, error)
 	onBuild func() // called after each build, outside mu
 }
 
 func newLazy(build func(ctx context.Context) (*tree, error), onBuild func()) *lazyTree {
-	return &lazyTree{build: build, onBuild: onBuild}
+	return &lazyTree{mu: make(chan struct{}, 1), build: build, onBuild: onBuild}
 }
 
 func known(t *tree) *lazyTree { return &lazyTree{built: t} }
 
 func (l *lazyTree) get(ctx context.Context) (*tree, error) {
-	l.mu.Lock()
+	if l.build == nil {
+		return l.built, nil
+	}
+	select {
+	case l.mu <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a directory listing: %w", ctx.Err())
+	}
 	if t := l.built; t != nil {
-		l.mu.Unlock()
+		<-l.mu
 		return t, nil
 	}
 	t, err := l.build(ctx)
 	if err == nil {
 		l.built = t
 	}
-	l.mu.Unlock()
+	<-l.mu
 	if err != nil {
 		return nil, err
 	}
@@ -153,11 +165,16 @@ func (l *lazyTree) get(ctx context.Context) (*tree, error) {
 // evict drops the built listing if it can be built again. It never waits
 // for a build in progress (that listing is about to be used).
 func (l *lazyTree) evict() {
-	if l.build == nil || !l.mu.TryLock() {
+	if l.build == nil {
+		return
+	}
+	select {
+	case l.mu <- struct{}{}:
+	default:
 		return
 	}
 	l.built = nil
-	l.mu.Unlock()
+	<-l.mu
 }
 
 // layout is how a step directory maps to the stream's ranks.

@@ -24,7 +24,7 @@ func TestMountHungStore(t *testing.T) {
 	url := srv.NewBucketURL(t)
 	prod := mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10}), "p", 100<<10, 5)
 	prod.addN(t, 20)
-	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 0})
+	mnt, _ := mntMountInProcess(t, mount.Options{Store: url, PrefetchSteps: 0, StoreRetry: 2 * time.Second})
 	// Loads the file lists of rank 0 of steps 0..16, not the bytes.
 	if _, err := os.Stat(filepath.Join(mnt, "steps", "0", "rank-0", "sample-00.bin")); err != nil {
 		t.Fatal(err)

@@ -101,25 +101,32 @@ func (m *mounted) heartbeat(ctx context.Context) {
 	}
 }
 
-// logHeartbeat counts and logs a write's outcome, each distinct failure
-// once; it returns the failure now logged ("" after a success).
+// logHeartbeat counts and reports a write's outcome: a failing store to
+// the heartbeat source (which logs the outage once), the stream gone once
+// per distinct error; it returns the stream-gone failure now logged (""
+// otherwise).
 func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) string {
-	if err != nil && ctx.Err() == nil {
-		m.heartbeatFailures.Add(1)
-	}
 	switch {
-	case err != nil && ctx.Err() == nil && err.Error() != lastErr && errors.Is(err, errStreamGone):
-		m.log.Error("the stream is gone from the store (was its directory or prefix deleted?); serving the last good state, writing no heartbeat until it is back",
-			"store", store.Redact(m.opts.Store), "err", err)
+	case err != nil && ctx.Err() != nil:
+		return lastErr
+	case errors.Is(err, errStreamGone):
+		m.heartbeatFailures.Add(1)
+		m.src.heartbeat.Answered() // the store answered
+		if err.Error() != lastErr {
+			m.log.Error("the stream is gone from the store (was its directory or prefix deleted?); serving the last good state, writing no heartbeat until it is back",
+				"store", store.Redact(m.opts.Store), "err", err)
+		}
 		return err.Error()
-	case err != nil && ctx.Err() == nil && err.Error() != lastErr:
-		m.log.Warn("writing the heartbeat failed; will retry", "key", txn.HeartbeatKey(m.opts.NodeID), "err", err)
-		return err.Error()
-	case err == nil && lastErr != "":
-		m.log.Info("heartbeat written again", "key", txn.HeartbeatKey(m.opts.NodeID))
-		return ""
+	case err != nil:
+		m.heartbeatFailures.Add(1)
+		m.src.heartbeat.Failed(fmt.Errorf("writing the heartbeat %s: %w", txn.HeartbeatKey(m.opts.NodeID), err))
+		return lastErr
 	}
-	return lastErr
+	m.src.heartbeat.Answered()
+	if lastErr != "" {
+		m.log.Info("heartbeat written again", "key", txn.HeartbeatKey(m.opts.NodeID))
+	}
+	return ""
 }
 
 // errStreamGone: the store no longer holds the stream's _stream.json.

@@ -107,14 +107,30 @@ func (x *metrics) register(m *mounted) {
 	)
 }
 
+// registerDegraded adds lakefs_mount_degraded{source}: 1 while that
+// source's store calls fail, 0 from its first success on.
+func (x *metrics) registerDegraded(src sources) {
+	for _, s := range src.all() {
+		x.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lakefs_mount_degraded",
+			Help:        "1 while the mount's store calls of this source (index, block, log, heartbeat) are failing, 0 from the first success on.",
+			ConstLabels: prometheus.Labels{"source": s.Name()}},
+			func() float64 {
+				if _, _, ok := s.Degraded(); ok {
+					return 1
+				}
+				return 0
+			}))
+	}
+}
+
 // health says what is wrong with the mount, "" when nothing is.
 func (m *mounted) health() string {
 	var why []string
 	if m.streamGone.Load() {
 		why = append(why, "the stream's "+txn.StreamKey+" is gone from the store (deleted?); serving the last good state")
 	}
-	if m.refreshFailing.Load() {
-		why = append(why, "refreshing the manifest fails; serving the last good state")
+	if d := m.src.degraded(); d != "" {
+		why = append(why, d)
 	}
 	return strings.Join(why, "; ")
 }

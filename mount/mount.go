@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -98,7 +99,12 @@ type Options struct {
 	// StoreLatency is added to every data GET: a stand-in for a remote
 	// store in benchmarks.
 	StoreLatency time.Duration
-	AllowOther   bool
+	// StoreRetry is how long a read waits out transient store errors
+	// (refused or reset connections, timeouts, 5xx, throttling) before it
+	// fails with EIO (0: DefaultStoreRetry). Missing or corrupt objects fail
+	// at once.
+	StoreRetry time.Duration
+	AllowOther bool
 	// Profiling serves Go's pprof handlers at MetricsAddr/debug/pprof/.
 	Profiling bool
 	Debug     bool // log every FUSE request
@@ -178,6 +184,9 @@ func (o *Options) setDefaults() error {
 	if o.Passthrough == "" {
 		o.Passthrough = PassthroughAuto
 	}
+	if o.StoreRetry == 0 {
+		o.StoreRetry = DefaultStoreRetry
+	}
 	if o.NodeID == "" {
 		id, err := defaultNodeID(o.Mountpoint)
 		if err != nil {
@@ -204,6 +213,8 @@ func (o *Options) validate() error {
 		return flagval.Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
 	case o.HeartbeatInterval < 0:
 		return flagval.Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
+	case o.StoreRetry < 0:
+		return flagval.Usagef("--store-retry %s is negative; use 0 for the default (%s)", o.StoreRetry, DefaultStoreRetry)
 	case o.Fetchers < 0:
 		return flagval.Usagef("--fetchers %d is negative; use at least 1", o.Fetchers)
 	case o.CacheSize < 0 || o.CacheSize > flagval.MaxSize:
@@ -306,7 +317,7 @@ func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.Sta
 // cache, the published view, the pack loader, the prefetcher (living as
 // long as runCtx) and the FUSE root. The caller closes m.cache.
 func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, state *txn.State) (*mounted, error) {
-	m := &mounted{opts: o, log: o.Logger, store: st, txlog: l, state: state}
+	m := &mounted{opts: o, log: o.Logger, store: st, txlog: l, state: state, src: newSources(o.Logger)}
 	m.highest.Store(-1)
 	m.metrics = newMetrics()
 	c, err := cache.New(cache.Options{
@@ -316,13 +327,14 @@ func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, s
 		Fetchers:   o.Fetchers,
 		Logger:     o.Logger,
 		ObserveGet: m.metrics.observeGet,
+		Retry:      cache.Retry{Window: o.StoreRetry, Source: m.src.block},
 	})
 	if err != nil {
 		return nil, flagval.Usage(err)
 	}
 	m.cache = c
 	m.view = fs.NewView(fs.NewSnapshot(state))
-	m.packs = newPackLoader(l, func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) }, nodeSpan(o.Ranks, o.ViewRanks, l.Config.Ranks))
+	m.packs = newPackLoader(indexLog(l, cache.Retry{Window: o.StoreRetry, Source: m.src.index}), func(n int64) (*txn.TGB, bool) { return m.view.Load().Step(n) }, nodeSpan(o.Ranks, o.ViewRanks, l.Config.Ranks))
 	m.prefetch = c.NewPrefetcher(runCtx, cache.PrefetchOptions{
 		Depth:        o.PrefetchSteps,
 		FillsPerRank: o.FillsPerRank,
@@ -345,6 +357,7 @@ func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, s
 		Logger:      o.Logger,
 	})
 	m.metrics.register(m)
+	m.metrics.registerDegraded(m.src)
 	return m, nil
 }
 
@@ -559,10 +572,10 @@ type mounted struct {
 	lastRead atomic.Int64 // unix nanoseconds of the latest read
 	polls    atomic.Int64 // refreshes of the manifest log
 
-	// Health (/health): the stream gone from the store, the manifest
-	// refresh failing.
+	// Health (/health): the stream gone from the store, store calls
+	// failing (by source).
 	streamGone        atomic.Bool
-	refreshFailing    atomic.Bool
+	src               sources
 	heartbeatFailures atomic.Int64
 }
 
@@ -617,20 +630,23 @@ func (m *mounted) awaited(n int64) {
 // new steps (demand) it polls on the commit cadence (cadence.go), else
 // every IdlePollInterval. A lookup of a step past the head (Wanted) brings
 // the next poll forward to the demand schedule, never before it: the
-// version is not due earlier.
+// version is not due earlier. While polls fail it keeps polling, no
+// faster than failDelay, serving the last good state: a reader waiting at
+// the head sees new steps within a second or so of the store's return.
 func (m *mounted) tail(ctx context.Context) {
 	f := &follower{log: m.txlog, st: m.state, now: time.Now}
 	last := time.Now() // the state was just loaded
 	at := m.nextPoll(f, last)
+	notBefore := last // while polls fail: the next may not run earlier
 	timer := time.NewTimer(time.Until(at))
 	defer timer.Stop()
-	lastErr := ""
+	fails := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.view.Wanted():
-			if want := f.cad.next(last, m.opts.PollInterval); want.Before(at) {
+			if want := later(f.cad.next(last, m.opts.PollInterval), notBefore); want.Before(at) {
 				at = want
 				timer.Reset(time.Until(at))
 			}
@@ -640,7 +656,6 @@ func (m *mounted) tail(ctx context.Context) {
 		last = time.Now()
 		m.polls.Add(1)
 		n, err := f.poll(ctx)
-		m.refreshFailing.Store(err != nil && ctx.Err() == nil)
 		if n > 0 {
 			m.publish()
 		}
@@ -649,18 +664,43 @@ func (m *mounted) tail(ctx context.Context) {
 			return
 		case err != nil:
 			// The view stays as it is: losing the store stalls, it never
-			// corrupts. Log each distinct failure once.
-			if msg := err.Error(); msg != lastErr {
-				m.log.Error("refreshing the manifest failed; serving the last good state", "version", m.state.Version, "err", err)
-				lastErr = msg
-			}
-		case lastErr != "":
-			m.log.Info("manifest refresh works again", "version", m.state.Version)
-			lastErr = ""
+			// corrupts. The source logs the outage once.
+			fails++
+			m.src.log.Failed(fmt.Errorf("refreshing the manifest after version %d: %w", m.state.Version, err))
+		default:
+			fails = 0
+			m.src.log.Answered()
 		}
-		at = m.nextPoll(f, last)
+		at, notBefore = m.schedule(f, last, fails)
 		timer.Reset(time.Until(at))
 	}
+}
+
+// schedule is when to poll after the poll at last, with fails failed polls
+// in a row: nextPoll, but no earlier than notBefore, the failure backoff.
+func (m *mounted) schedule(f *follower, last time.Time, fails int) (at, notBefore time.Time) {
+	notBefore = last
+	if fails > 0 {
+		notBefore = last.Add(failDelay(fails, m.opts.PollInterval))
+	}
+	return later(m.nextPoll(f, last), notBefore), notBefore
+}
+
+// failDelay is the least time before the next poll after fails failed
+// polls in a row: doubling from fast up to backoffFactor x fast, each drawn
+// from its upper half so that many nodes do not poll a recovering store in
+// step. Without it a known cadence whose version is overdue would poll a
+// down store back to back.
+func failDelay(fails int, fast time.Duration) time.Duration {
+	d := min(fast<<min(fails-1, 20), backoffFactor*fast)
+	return d/2 + rand.N(d/2+1)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // nextPoll is when to poll after the poll at last: on the cadence while

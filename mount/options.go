@@ -98,6 +98,8 @@ func OptionTable() []Option {
 			"concurrent prefetch GETs")),
 		hidden(zeroIsDefault(intOption("fills-per-rank", strconv.Itoa(cache.DefaultFillsPerRank), false, func(o *Options) *int { return &o.FillsPerRank },
 			"passthrough files fetched at once per rank being read (benchmarks)"))),
+		hidden(durationOption("store-retry", DefaultStoreRetry, false, func(o *Options) *time.Duration { return &o.StoreRetry },
+			"how long a read waits out transient store errors (refused or reset connections, timeouts, 5xx, throttling) before it fails with EIO")),
 		hidden(durationOption("store-latency", 0, false, func(o *Options) *time.Duration { return &o.StoreLatency },
 			"add this latency to every data GET (benchmarks: simulate a remote store)")),
 		boolOption("allow-other", func(o *Options) *bool { return &o.AllowOther },

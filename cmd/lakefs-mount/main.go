@@ -33,6 +33,12 @@ mismatch is an I/O error (EIO), never wrong data. Opening a file of rank r
 in step n prefetches rank r's steps n..n+P into memory: a rank nobody opens
 is never fetched, whatever --ranks shows.
 
+A store that fails for a while (refused or reset connections, timeouts,
+5xx, throttling) is waited out: a read that needs it retries for up to 30s
+before it fails with EIO. With --metrics-addr, /health answers 503 naming
+the kinds of store calls failing (index, block, log, heartbeat), as does
+the gauge lakefs_mount_degraded{source}.
+
 With --view-ranks R2 (R2 divides the stream's R) the stream shows R2 ranks:
 rank-r holds the files of original ranks r*(R/R2)..(r+1)*(R/R2)-1, each in
 a directory named after it (steps/<n>/rank-<r>/rank-<original>/<files>), so

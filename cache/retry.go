@@ -1,0 +1,189 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// Riding out a store outage. A store that refuses connections, resets
+// them, times out, answers 5xx or throttles for a few seconds (a restart,
+// a failover) should cost readers a wait, not an EIO. So the mount's reads
+// (blocks, memory files, and the step indexes in package mount) retry such
+// errors with capped, jittered backoff for up to a window (the mount's
+// --store-retry, DefaultRetryWindow) before they fail. Errors a retry
+// cannot fix fail at once: the object is gone, its bytes are corrupt, the
+// reader gave up (its context ended).
+//
+// The window counts from the start of the outage, not of each read: once
+// a source's calls have failed for a whole window, a new read makes one
+// attempt and fails, so a long outage costs each read one attempt (and
+// the kernel, which reads a failed page twice, does not double a 30 s
+// wait).
+
+// DefaultRetryWindow is how long reads wait out transient store errors.
+const DefaultRetryWindow = 30 * time.Second
+
+// Backoff between attempts: doubling from retryFirst up to retryCap, each
+// wait drawn from its upper half so that the readers of many nodes do not
+// hit a recovering store in step.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryCap   = 2 * time.Second
+)
+
+// Transient reports whether a store call's error may go away by itself:
+// anything but a missing object, a range past its end, a bad key, bytes
+// that fail their checksum, a full memory budget, a local failure, or a
+// cancelled context. A timeout (context.DeadlineExceeded from the store's
+// own request timeouts) is transient; the caller checks its own context.
+func Transient(err error) bool {
+	var local localError
+	switch {
+	case err == nil,
+		errors.Is(err, context.Canceled),
+		errors.Is(err, store.ErrNotFound),
+		errors.Is(err, store.ErrRange),
+		errors.Is(err, store.ErrInvalid),
+		errors.Is(err, txn.ErrCorrupt),
+		errors.Is(err, ErrChecksum),
+		errors.Is(err, ErrNoRoom),
+		errors.As(err, &local):
+		return false
+	}
+	return true
+}
+
+// answer reports whether err is the store's answer (so the store works):
+// nil, or an error about the object rather than about reaching it.
+func answer(err error) bool {
+	return err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRange) ||
+		errors.Is(err, txn.ErrCorrupt) || errors.Is(err, ErrChecksum)
+}
+
+// localError marks a failure of this process (writing a memory file), not
+// of the store: never retried.
+type localError struct{ err error }
+
+func (e localError) Error() string { return e.err.Error() }
+func (e localError) Unwrap() error { return e.err }
+
+// Source is one kind of store call of a mount (index reads, block reads,
+// manifest polls, heartbeats): whether its calls are failing now, since
+// when and why. It logs one line when its calls start failing (with the
+// cause) and one when they work again (with how long it lasted), not one
+// per failed call. It is safe for concurrent use.
+type Source struct {
+	name string
+	log  *slog.Logger
+	down atomic.Pointer[outage] // nil while calls succeed
+}
+
+// outage is a Source's current run of failures.
+type outage struct {
+	since time.Time
+	cause error
+}
+
+// NewSource returns a Source named name (the label of
+// lakefs_mount_degraded) that logs to log.
+func NewSource(name string, log *slog.Logger) *Source {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Source{name: name, log: log}
+}
+
+// Name is the source's name.
+func (s *Source) Name() string { return s.name }
+
+// Failed records a failed call.
+func (s *Source) Failed(err error) {
+	if s == nil || s.down.Load() != nil {
+		return
+	}
+	if s.down.CompareAndSwap(nil, &outage{since: time.Now(), cause: err}) {
+		s.log.Warn("store calls failing; retrying, serving what is cached", "source", s.name, "err", err)
+	}
+}
+
+// Answered records a call the store answered.
+func (s *Source) Answered() {
+	if s == nil || s.down.Load() == nil {
+		return
+	}
+	if o := s.down.Swap(nil); o != nil {
+		s.log.Info("store calls work again", "source", s.name, "failing_for", time.Since(o.since).Round(time.Millisecond))
+	}
+}
+
+// Degraded reports whether the source's calls are failing, since when and
+// the error that started it.
+func (s *Source) Degraded() (since time.Time, cause error, ok bool) {
+	if s == nil {
+		return time.Time{}, nil, false
+	}
+	o := s.down.Load()
+	if o == nil {
+		return time.Time{}, nil, false
+	}
+	return o.since, o.cause, true
+}
+
+// Retry is how a read waits out transient store errors.
+type Retry struct {
+	// Window bounds the wait (0: DefaultRetryWindow; negative: no retry).
+	Window time.Duration
+	// Source, if set, is told each attempt's outcome; its outage, once as
+	// long as Window, stops new reads from waiting.
+	Source *Source
+}
+
+// Do runs op until it succeeds, fails with an error that is not
+// Transient, ctx ends, or the window is over; it returns op's last error.
+// A cancelled ctx stops the wait at once.
+func (r Retry) Do(ctx context.Context, op func(context.Context) error) error {
+	window := r.Window
+	if window == 0 {
+		window = DefaultRetryWindow
+	}
+	deadline := time.Now().Add(window)
+	if since, _, ok := r.Source.Degraded(); ok && since.Add(window).Before(deadline) {
+		deadline = since.Add(window)
+	}
+	backoff := retryFirst
+	for {
+		err := op(ctx)
+		switch {
+		case ctx.Err() != nil && err != nil:
+			return err
+		case Transient(err):
+			r.Source.Failed(err)
+		case answer(err):
+			r.Source.Answered()
+			return err
+		default:
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return err
+		}
+		backoff = min(2*backoff, retryCap)
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (while retrying: %v)", ctx.Err(), err)
+		}
+	}
+}
