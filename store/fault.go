@@ -182,6 +182,19 @@ func (f *Faulty) List(ctx context.Context, prefix, after string, limit int) ([]I
 	return f.Store.List(ctx, prefix, after, limit)
 }
 
+// Walk lists in one pass where the wrapped store can (one list call),
+// else page by page through f.List, so a wrapped store keeps its cost.
+func (f *Faulty) Walk(ctx context.Context, prefix, after string, fn func(Info) error) error {
+	w, ok := f.Store.(Walker)
+	if !ok {
+		return walkPages(ctx, f, prefix, after, fn)
+	}
+	if _, err := f.before(ctx, OpList, prefix); err != nil {
+		return err
+	}
+	return w.Walk(ctx, prefix, after, fn)
+}
+
 func (f *Faulty) Delete(ctx context.Context, keys ...string) error {
 	key := ""
 	if len(keys) > 0 {

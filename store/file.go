@@ -389,26 +389,46 @@ func (s *fileStore) List(ctx context.Context, prefix, after string, limit int) (
 		limit = DefaultListLimit
 	}
 	l := &lister{ctx: ctx, prefix: prefix, after: after, limit: limit}
-	// Start at the deepest directory that the prefix fully names.
-	base := ""
-	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
-		base = prefix[:i+1]
-	}
-	err := l.walk(filepath.Join(s.root, filepath.FromSlash(base)), base)
-	if err != nil && !errors.Is(err, errListFull) {
-		return nil, false, fmt.Errorf("file list %s: %w", prefix, err)
+	if err := s.list(l); err != nil && !errors.Is(err, errListFull) {
+		return nil, false, err
 	}
 	return l.out, l.more, nil
 }
 
+// Walk lists every key under prefix after after in one pass (Walker): a
+// directory is read once, where paging through List reads it once per
+// page, which made listing a log of a million versions quadratic.
+func (s *fileStore) Walk(ctx context.Context, prefix, after string, fn func(Info) error) error {
+	if err := ValidatePrefix(prefix); err != nil {
+		return err
+	}
+	return s.list(&lister{ctx: ctx, prefix: prefix, after: after, fn: fn})
+}
+
+func (s *fileStore) list(l *lister) error {
+	// Start at the deepest directory that the prefix fully names.
+	base := ""
+	if i := strings.LastIndexByte(l.prefix, '/'); i >= 0 {
+		base = l.prefix[:i+1]
+	}
+	err := l.walk(filepath.Join(s.root, filepath.FromSlash(base)), base)
+	if err != nil && !errors.Is(err, errListFull) && l.fn == nil {
+		return fmt.Errorf("file list %s: %w", l.prefix, err)
+	}
+	return err
+}
+
 var errListFull = errors.New("list page full")
 
+// lister collects a page of keys (limit, out, more), or hands every key
+// to fn.
 type lister struct {
 	ctx           context.Context
 	prefix, after string
 	limit         int
 	out           []Info
 	more          bool
+	fn            func(Info) error
 }
 
 func (l *lister) walk(dir, keyDir string) error {
@@ -427,7 +447,8 @@ func (l *lister) walk(dir, keyDir string) error {
 		e    fs.DirEntry
 	}
 	sorted := make([]ent, 0, len(ents))
-	for _, e := range ents {
+	for i, e := range ents {
+		ents[i] = nil // sorted holds it now: a huge directory is held once
 		if keyDir == "" && e.Name() == reservedDir {
 			continue
 		}
@@ -437,8 +458,15 @@ func (l *lister) walk(dir, keyDir string) error {
 		}
 		sorted = append(sorted, ent{name, e})
 	}
+	ents = nil
 	slices.SortFunc(sorted, func(a, b ent) int { return strings.Compare(a.name, b.name) })
-	for _, en := range sorted {
+	for i, en := range sorted {
+		sorted[i] = ent{} // let what was listed go as the walk moves on
+		if i%1024 == 1023 {
+			if err := l.ctx.Err(); err != nil {
+				return err
+			}
+		}
 		key := keyDir + en.name
 		if en.e.IsDir() {
 			// Skip a subtree that cannot hold a key with the prefix, or whose
@@ -457,7 +485,7 @@ func (l *lister) walk(dir, keyDir string) error {
 		if !strings.HasPrefix(key, l.prefix) || key <= l.after || !en.e.Type().IsRegular() {
 			continue
 		}
-		if len(l.out) == l.limit {
+		if l.fn == nil && len(l.out) == l.limit {
 			l.more = true
 			return errListFull
 		}
@@ -465,7 +493,14 @@ func (l *lister) walk(dir, keyDir string) error {
 		if err != nil {
 			continue // deleted since ReadDir
 		}
-		l.out = append(l.out, Info{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
+		info := Info{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
+		if l.fn != nil {
+			if err := l.fn(info); err != nil {
+				return err
+			}
+			continue
+		}
+		l.out = append(l.out, info)
 	}
 	return nil
 }

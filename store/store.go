@@ -287,9 +287,24 @@ func CreateBytes(ctx context.Context, s Store, key string, b []byte) error {
 	return s.Create(ctx, key, bytes.NewReader(b), int64(len(b)))
 }
 
-// Walk calls fn for every object under prefix in key order, one page at a
-// time, until fn returns an error or the listing ends.
+// Walker is a Store that lists a whole prefix in one pass more cheaply
+// than page by page (the file store reads a directory once, not once per
+// page). Walk uses it.
+type Walker interface {
+	Walk(ctx context.Context, prefix, after string, fn func(Info) error) error
+}
+
+// Walk calls fn for every object under prefix after after in key order,
+// one page at a time (or in one pass on a Walker), until fn returns an
+// error or the listing ends.
 func Walk(ctx context.Context, s Store, prefix, after string, fn func(Info) error) error {
+	if w, ok := s.(Walker); ok {
+		return w.Walk(ctx, prefix, after, fn)
+	}
+	return walkPages(ctx, s, prefix, after, fn)
+}
+
+func walkPages(ctx context.Context, s Store, prefix, after string, fn func(Info) error) error {
 	for {
 		objs, more, err := s.List(ctx, prefix, after, DefaultListLimit)
 		if err != nil {

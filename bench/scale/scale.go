@@ -133,8 +133,7 @@ type Row struct {
 	NodeHeadMs           float64 `json:"node_head_ms,omitempty"`
 	NodeRSSMiB           float64 `json:"node_rss_mib,omitempty"` // after stat of every file of its ranks
 
-	GC       *GCResult `json:"gc,omitempty"`
-	GCRSSMiB float64   `json:"gc_rss_mib,omitempty"`
+	GC *GCResult `json:"gc,omitempty"`
 
 	Mounts          int     `json:"mounts,omitempty"`
 	ReqPerSec       float64 `json:"requests_per_s_per_mount,omitempty"`
@@ -589,7 +588,7 @@ func (p *printer) row(r Row) {
 	case "gc":
 		p.header("gc", "\nranks\tversions\tgc ms\tlog objects deleted\tLIST pages\tlistings of the whole log\tdelete calls\trequests\tpeak RSS MiB\t")
 		g := r.GC
-		fmt.Fprintf(p.tw, "%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Ranks, r.Versions, g.Ms, g.LogDeleted, g.Lists, g.LogWalks, g.Deletes, g.Requests, r.GCRSSMiB)
+		fmt.Fprintf(p.tw, "%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Ranks, r.Versions, g.Ms, g.LogDeleted, g.Lists, g.LogWalks, g.Deletes, g.Requests, g.PeakRSSMiB)
 	default:
 		p.header("mounts", "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tseen p50 ms\tseen max ms\t")
 		req, get := "n/a (file://)", "n/a"

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/lakestream/lakestream/internal/procstat"
@@ -131,6 +130,9 @@ type GCResult struct {
 	Lists       int64   `json:"lists"`     // LIST pages
 	LogWalks    int64   `json:"log_walks"` // listings of the log from its start
 	Deletes     int64   `json:"deletes"`   // delete calls (each up to 1,000 keys on S3)
+	// PeakRSSMiB is the child's own high-water mark, read before it exits
+	// (a wait4 rusage of a child started with vfork reports the parent's).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
 // GCChild is the process measureGC runs (so that its peak RSS is gc's
@@ -156,7 +158,8 @@ func GCChild(ctx context.Context, url string, offset time.Duration, w io.Writer)
 		return err
 	}
 	return json.NewEncoder(w).Encode(GCResult{Ms: ms(time.Since(start)), LogDeleted: len(rep.LogDeleted), DataDeleted: len(rep.DataDeleted),
-		Requests: requests(f), Lists: f.Calls(store.OpList), LogWalks: wc.walks.Load(), Deletes: f.Calls(store.OpDelete)})
+		Requests: requests(f), Lists: f.Calls(store.OpList), LogWalks: wc.walks.Load(), Deletes: f.Calls(store.OpDelete),
+		PeakRSSMiB: procstat.PeakRSS(os.Getpid())})
 }
 
 // walkCounter counts listings of the log that start at its beginning.
@@ -170,6 +173,18 @@ func (w *walkCounter) List(ctx context.Context, prefix, after string, limit int)
 		w.walks.Add(1)
 	}
 	return w.Store.List(ctx, prefix, after, limit)
+}
+
+// Walk counts a listing from the start and keeps the wrapped store's way
+// of walking (one pass on file://).
+func (w *walkCounter) Walk(ctx context.Context, prefix, after string, fn func(store.Info) error) error {
+	if _, ok := w.Store.(store.Walker); !ok {
+		return store.Walk(ctx, struct{ store.Store }{w}, prefix, after, fn) // page by page through w.List
+	}
+	if prefix == txn.LogPrefix && after == "" {
+		w.walks.Add(1)
+	}
+	return store.Walk(ctx, w.Store, prefix, after, fn)
 }
 
 // GCChildArgs are this executable's arguments that run GCChild.
@@ -192,9 +207,5 @@ func measureGC(ctx context.Context, o Options, url string) (Row, error) {
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		return Row{}, fmt.Errorf("gc child said %q: %w", out.String(), err)
 	}
-	row := Row{Kind: "gc", GC: &res}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		row.GCRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
-	}
-	return row, nil
+	return Row{Kind: "gc", GC: &res}, nil
 }
