@@ -520,9 +520,9 @@ func (r *runner) maybeGC(ctx context.Context) {
 		r.Logger.Info("gc held back by live consumers", "allowed_below", *rep.AllowedBelow, "reclaimed_below", rep.HeldBy[0].Step,
 			"slowest", rep.HeldBy[0].Node, "consumers", len(rep.HeldBy))
 	}
-	if rep.ReclaimedSteps > 0 || len(rep.DataDeleted)+len(rep.Orphans)+len(rep.LogDeleted) > 0 {
+	if rep.ReclaimedSteps > 0 || len(rep.DataDeleted)+len(rep.Orphans)+rep.LogDeletedCount > 0 {
 		r.Logger.Info("gc", "reclaimed_steps", rep.ReclaimedSteps, "data_deleted", len(rep.DataDeleted),
-			"orphans", len(rep.Orphans), "log_deleted", len(rep.LogDeleted), "bytes", rep.Bytes)
+			"orphans", len(rep.Orphans), "log_deleted", rep.LogDeletedCount, "bytes", rep.Bytes)
 	}
 }
 

@@ -435,40 +435,22 @@ func (l *lister) walk(dir, keyDir string) error {
 	if err := l.ctx.Err(); err != nil {
 		return err
 	}
-	ents, err := os.ReadDir(dir)
+	sorted, err := readSorted(dir, keyDir == "")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return nil
 		}
 		return err
 	}
-	type ent struct {
-		name string // key spelling: directories end in "/"
-		e    fs.DirEntry
-	}
-	sorted := make([]ent, 0, len(ents))
-	for i, e := range ents {
-		ents[i] = nil // sorted holds it now: a huge directory is held once
-		if keyDir == "" && e.Name() == reservedDir {
-			continue
-		}
-		name := e.Name()
-		if e.IsDir() {
-			name += "/"
-		}
-		sorted = append(sorted, ent{name, e})
-	}
-	ents = nil
-	slices.SortFunc(sorted, func(a, b ent) int { return strings.Compare(a.name, b.name) })
 	for i, en := range sorted {
-		sorted[i] = ent{} // let what was listed go as the walk moves on
+		sorted[i] = dirEnt{} // let what was listed go as the walk moves on
 		if i%1024 == 1023 {
 			if err := l.ctx.Err(); err != nil {
 				return err
 			}
 		}
 		key := keyDir + en.name
-		if en.e.IsDir() {
+		if en.dir {
 			// Skip a subtree that cannot hold a key with the prefix, or whose
 			// every key is <= after.
 			if !strings.HasPrefix(key, l.prefix) && !strings.HasPrefix(l.prefix, key) {
@@ -477,21 +459,21 @@ func (l *lister) walk(dir, keyDir string) error {
 			if key < l.after && !strings.HasPrefix(l.after, key) {
 				continue
 			}
-			if err := l.walk(filepath.Join(dir, en.e.Name()), key); err != nil {
+			if err := l.walk(filepath.Join(dir, strings.TrimSuffix(en.name, "/")), key); err != nil {
 				return err
 			}
 			continue
 		}
-		if !strings.HasPrefix(key, l.prefix) || key <= l.after || !en.e.Type().IsRegular() {
+		if !strings.HasPrefix(key, l.prefix) || key <= l.after || !en.regular {
 			continue
 		}
 		if l.fn == nil && len(l.out) == l.limit {
 			l.more = true
 			return errListFull
 		}
-		fi, err := en.e.Info()
+		fi, err := os.Lstat(filepath.Join(dir, en.name))
 		if err != nil {
-			continue // deleted since ReadDir
+			continue // deleted since it was read
 		}
 		info := Info{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}
 		if l.fn != nil {
@@ -503,6 +485,47 @@ func (l *lister) walk(dir, keyDir string) error {
 		l.out = append(l.out, info)
 	}
 	return nil
+}
+
+// dirEnt is what a listing keeps of a directory entry: a directory's name
+// ends in "/" (its key spelling, which sorts it among the keys).
+type dirEnt struct {
+	name         string
+	dir, regular bool
+}
+
+// readSorted reads dir's entries in key order, a batch at a time, keeping
+// only names and kinds: a directory of a million log versions costs a
+// name apiece, not an os.DirEntry.
+func readSorted(dir string, root bool) ([]dirEnt, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []dirEnt
+	for {
+		batch, err := f.ReadDir(4096)
+		for _, e := range batch {
+			name := e.Name()
+			if root && name == reservedDir {
+				continue
+			}
+			en := dirEnt{name: name, dir: e.IsDir(), regular: e.Type().IsRegular()}
+			if en.dir {
+				en.name += "/"
+			}
+			out = append(out, en)
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(a, b dirEnt) int { return strings.Compare(a.name, b.name) })
+	return out, nil
 }
 
 func (s *fileStore) Delete(ctx context.Context, keys ...string) error {

@@ -40,9 +40,13 @@ type GCReport struct {
 	ReclaimedBelow int64    `json:"reclaimed_below"` // new LiveFrom; 0 when nothing was reclaimed
 	ReclaimedSteps int64    `json:"reclaimed_steps"`
 	DataDeleted    []string `json:"data_deleted"` // reclaimed packs past the grace period
-	LogDeleted     []string `json:"log_deleted"`  // versions and snapshots no reader needs
-	Orphans        []string `json:"orphans"`      // unreferenced data past the grace period
-	Bytes          int64    `json:"bytes"`        // of DataDeleted and Orphans
+	// LogDeleted: versions and snapshots no reader needs, the first
+	// maxReportedKeys of LogDeletedCount (an unswept log can hold a
+	// million).
+	LogDeleted      []string `json:"log_deleted"`
+	LogDeletedCount int      `json:"log_deleted_count"`
+	Orphans         []string `json:"orphans"` // unreferenced data past the grace period
+	Bytes           int64    `json:"bytes"`   // of DataDeleted and Orphans
 	// UploadsAborted are multipart uploads under data/ begun longer than
 	// the grace period ago (a writer killed mid-upload left them; their
 	// parts are billed but in no listing of objects). Stores without
@@ -233,21 +237,26 @@ func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 	return nil
 }
 
-// sweepLog deletes the log objects no reader needs (see gcLog).
+// sweepLog deletes the log objects no reader needs (see gcLog), a batch
+// at a time as the listing goes.
 func (g *gcRun) sweepLog(ctx context.Context) error {
-	del, err := g.l.gcLog(ctx, g.Now())
-	if err != nil {
-		return err
-	}
-	g.rep.LogDeleted = del
-	if g.DryRun {
+	return g.l.gcLog(ctx, g.Now(), func(keys []string) error {
+		g.rep.LogDeletedCount += len(keys)
+		if room := maxReportedKeys - len(g.rep.LogDeleted); room > 0 {
+			g.rep.LogDeleted = append(g.rep.LogDeleted, keys[:min(room, len(keys))]...)
+		}
+		if g.DryRun {
+			return nil
+		}
+		if err := g.l.Store.Delete(ctx, keys...); err != nil {
+			return fmt.Errorf("deleting old log objects: %w", err)
+		}
 		return nil
-	}
-	if err := g.l.Store.Delete(ctx, del...); err != nil {
-		return fmt.Errorf("deleting old log objects: %w", err)
-	}
-	return nil
+	})
 }
+
+// maxReportedKeys bounds the log keys a GCReport names.
+const maxReportedKeys = 1000
 
 // sweepOrphans deletes unreferenced data past the grace period, judged
 // against the newest state (a commit may have landed meanwhile).
@@ -310,9 +319,9 @@ func sizes(ctx context.Context, s store.Store, keys []string) int64 {
 	return n
 }
 
-// gcLog picks the log objects no reader needs. A reader starts from a
-// snapshot (the hinted one, else the newest listed) and reads every version
-// after it, so:
+// gcLog picks the log objects no reader needs and hands them to del, in
+// batches. A reader starts from a snapshot (the hinted one, else the
+// newest listed) and reads every version after it, so:
 //   - the newest snapshot stays, and so does every snapshot younger than
 //     LogRetention (a reader may have just read a hint naming it);
 //   - a version stays if it follows the oldest surviving snapshot, or is
@@ -322,48 +331,68 @@ func sizes(ctx context.Context, s store.Store, keys []string) int64 {
 // The hint is left alone: one naming a deleted snapshot makes readers list
 // the log after it.
 //
-// It lists the log once, keeping each snapshot (one per SnapshotEvery
-// versions) but only the number of each old version: a log of a million
-// versions nobody swept is swept in tens of MiB.
-func (l *Log) gcLog(ctx context.Context, now time.Time) ([]string, error) {
-	type snap struct {
-		v   uint64
-		key string
-		old bool
-	}
-	var snaps []snap
-	var versions []uint64 // old ones, ascending
+// It decides in one ascending listing, holding at most a snapshot
+// interval of versions: the oldest surviving snapshot is the first young
+// one listed (else the newest), so an old version is kept or dropped when
+// the next snapshot is listed, and an old snapshot once a later one is. A
+// log of a million versions nobody swept is swept in a few MiB.
+func (l *Log) gcLog(ctx context.Context, now time.Time, del func([]string) error) error {
 	old := func(mod time.Time) bool { return now.Sub(mod) > LogRetention }
+	var (
+		pending []uint64 // old versions since the last snapshot
+		batch   []string
+		prev    string // the last snapshot listed, if old: dropped once another follows
+		kept    bool   // a young snapshot was listed: every later version stays
+	)
+	add := func(key string) error {
+		if batch = append(batch, key); len(batch) < maxDeleteBatch {
+			return nil
+		}
+		err := del(batch)
+		batch = batch[:0]
+		return err
+	}
 	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
-		if v, ok := ParseSnapshotKey(o.Key); ok {
-			snaps = append(snaps, snap{v, o.Key, old(o.ModTime)})
-		} else if v, ok := ParseVersionKey(o.Key); ok && old(o.ModTime) {
-			versions = append(versions, v)
+		if v, ok := ParseVersionKey(o.Key); ok {
+			if !kept && old(o.ModTime) {
+				pending = append(pending, v)
+			}
+			return nil
+		}
+		if _, ok := ParseSnapshotKey(o.Key); !ok {
+			return nil
+		}
+		for _, v := range pending {
+			if err := add(VersionKey(v)); err != nil {
+				return err
+			}
+		}
+		pending = pending[:0]
+		if prev != "" {
+			if err := add(prev); err != nil {
+				return err
+			}
+		}
+		prev = ""
+		if old(o.ModTime) {
+			prev = o.Key
+		} else {
+			kept = true
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", LogPrefix, err)
+		return fmt.Errorf("listing %s: %w", LogPrefix, err)
 	}
-	if len(snaps) == 0 {
-		return nil, nil
+	if len(batch) > 0 {
+		return del(batch)
 	}
-	del := make([]string, 0, len(snaps)+len(versions))
-	oldestKept := snaps[len(snaps)-1].v
-	for _, s := range snaps[:len(snaps)-1] {
-		if s.old {
-			del = append(del, s.key)
-		} else {
-			oldestKept = min(oldestKept, s.v)
-		}
-	}
-	for _, v := range versions {
-		if v <= oldestKept {
-			del = append(del, VersionKey(v))
-		}
-	}
-	return del, nil
+	return nil
 }
+
+// maxDeleteBatch is how many log keys gc deletes at once (an S3
+// DeleteObjects takes 1,000).
+const maxDeleteBatch = 1000
 
 // orphans lists data objects that no version references and that no commit
 // can reference any more, last modified before cutoff. A pack

@@ -157,7 +157,7 @@ func GCChild(ctx context.Context, url string, offset time.Duration, w io.Writer)
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(w).Encode(GCResult{Ms: ms(time.Since(start)), LogDeleted: len(rep.LogDeleted), DataDeleted: len(rep.DataDeleted),
+	return json.NewEncoder(w).Encode(GCResult{Ms: ms(time.Since(start)), LogDeleted: rep.LogDeletedCount, DataDeleted: len(rep.DataDeleted),
 		Requests: requests(f), Lists: f.Calls(store.OpList), LogWalks: wc.walks.Load(), Deletes: f.Calls(store.OpDelete),
 		PeakRSSMiB: procstat.PeakRSS(os.Getpid())})
 }

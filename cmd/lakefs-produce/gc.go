@@ -103,6 +103,9 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "%s %s: %s\n", verb, set.what, k)
 		}
 	}
+	if more := rep.LogDeletedCount - len(rep.LogDeleted); more > 0 {
+		fmt.Fprintf(stdout, "%s %d more log objects\n", verb, more)
+	}
 	abort := "aborted"
 	if o.DryRun {
 		abort = "would abort"
@@ -110,7 +113,7 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	for _, u := range rep.UploadsAborted {
 		fmt.Fprintf(stdout, "%s stale multipart upload: %s (begun %s)\n", abort, u.Key, u.Initiated.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+len(rep.LogDeleted)+len(rep.Orphans), rep.Bytes)
+	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+rep.LogDeletedCount+len(rep.Orphans), rep.Bytes)
 	return nil
 }
 
