@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"text/tabwriter"
 	"time"
 
@@ -419,14 +420,14 @@ func (p *chaosProducerWaiter) sample() (progressed, waiting bool) {
 
 // chaosHeldBy finds the consumer a producer's log says holds it back
 // (--max-lead), if it is still held at the end of the log.
-var chaosHeldBy = regexp.MustCompile(`ahead of (\S+) at step`)
+var chaosHeldBy = regexp.MustCompile(`ahead of (.+?) at step`)
 
 func (p *chaosProducerWaiter) what(time.Time) string {
 	tail := p.sup.tail()
 	held := strings.LastIndex(tail, "back-pressure: holding uploads")
 	if held >= 0 && held > strings.LastIndex(tail, "back-pressure released") {
 		if m := chaosHeldBy.FindStringSubmatch(tail[held:]); m != nil {
-			return "back-pressure (consumer " + m[1] + ")"
+			return "back-pressure from " + m[1]
 		}
 		return "back-pressure"
 	}
@@ -471,28 +472,38 @@ func attribute(stalls []chaosStall, faults []chaosFault, outages []chaosOutage) 
 }
 
 // lastFaultBefore is the fault most likely to explain s: the last one to
-// start before s ended, preferring any other kind to the producer SIGKILLs
-// that fire every few seconds throughout, when one ended during the stall
-// or in the chaosStallMin before it.
+// start before s did, preferring any other kind to the producer SIGKILLs
+// that fire every few seconds throughout when one was still on or had
+// ended in the chaosStallMin before s; with none before s, the first to
+// start during it.
 func lastFaultBefore(faults []chaosFault, s chaosStall) *chaosFault {
-	var any, other *chaosFault
+	var last, other, during *chaosFault
 	for i := range faults {
 		f := &faults[i]
 		if !f.start.Before(s.end) {
 			continue
 		}
-		if any == nil || f.start.After(any.start) {
-			any = f
+		if f.start.After(s.start) {
+			if during == nil || f.start.Before(during.start) {
+				during = f
+			}
+			continue
+		}
+		if last == nil || f.start.After(last.start) {
+			last = f
 		}
 		if !strings.HasPrefix(f.what, "producer SIGKILL") && !f.end.Before(s.start.Add(-chaosStallMin)) &&
 			(other == nil || f.start.After(other.start)) {
 			other = f
 		}
 	}
-	if other != nil {
+	switch {
+	case other != nil:
 		return other
+	case last != nil:
+		return last
 	}
-	return any
+	return during
 }
 
 func later(a, b time.Time) time.Time {
@@ -525,6 +536,9 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 		if r.fault != nil {
 			fault = fmt.Sprintf("%s at %s", r.fault.what, sec(r.fault.start.Sub(start)))
 			after = sec(r.end.Sub(r.fault.end))
+			if r.fault.end.After(r.end) {
+				after = "progress before its end"
+			}
 		}
 		storeCol := "no outage inside"
 		if r.storeDown > 0 {
@@ -554,18 +568,63 @@ func chaosExitCause(out string) string {
 		return "store unreachable"
 	case strings.Contains(tail, "no space left"):
 		return "staging disk full"
+	case strings.Contains(tail, "staging directory in use"):
+		// The SIGSTOPped zombie still holds the staging lock.
+		return "staging directory in use"
 	}
 	return "other: " + chaosShorten(lines[len(lines)-1])
 }
 
-var chaosDigits = regexp.MustCompile(`[0-9]+`)
+var (
+	chaosDigits = regexp.MustCompile(`[0-9]+`)
+	chaosDirs   = regexp.MustCompile(`/[^\s:]*/`)
+)
 
 // chaosShorten makes a log line a short, stable key: its numbers (steps,
-// ports, times) are N and it is cut at 70 characters.
+// ports, times) are N, a path is its last element and it is cut at 70
+// characters.
 func chaosShorten(line string) string {
-	line = chaosDigits.ReplaceAllString(strings.TrimSpace(line), "N")
+	line = chaosDirs.ReplaceAllString(strings.TrimSpace(line), ".../")
+	line = chaosDigits.ReplaceAllString(line, "N")
 	if len(line) > 70 {
 		line = line[:67] + "..."
 	}
 	return line
+}
+
+// TestChaosAttribute checks the soak's bookkeeping on a made-up timeline:
+// a stall through an outage is measured from the store-up, one without
+// from its start, and the fault named is the one before the stall.
+func TestChaosAttribute(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	faults := []chaosFault{
+		{what: "mount SIGSTOP (hung) a", start: at(1), end: at(7)},
+		{what: "producer SIGKILL p1", start: at(9), end: at(9)},
+		{what: "S3 SIGKILL", start: at(20), end: at(40)},
+		{what: "producer SIGKILL p2", start: at(41), end: at(41)},
+	}
+	outages := []chaosOutage{{down: at(20), up: at(40)}}
+	rows := attribute([]chaosStall{
+		{who: "reader a", start: at(2), end: at(14)},
+		{who: "producer p0", start: at(19), end: at(170)},
+	}, faults, outages)
+	if r := rows[0]; r.fault == nil || r.fault.what != "mount SIGSTOP (hung) a" || r.storeDown != 0 || r.bound != 12*time.Second {
+		t.Errorf("stall without outage: fault %v, store down %s, bound %s; want the mount's SIGSTOP, 0, 12s", r.fault, r.storeDown, r.bound)
+	}
+	if r := rows[1]; r.fault == nil || r.fault.what != "producer SIGKILL p1" ||
+		r.storeDown != 20*time.Second || r.upToProgress != 130*time.Second || r.bound <= chaosLivenessBound {
+		t.Errorf("stall through an outage: fault %v, store down %s, up->progress %s, bound %s; want producer SIGKILL p1, 20s, 130s, over the bound",
+			r.fault, r.storeDown, r.upToProgress, r.bound)
+	}
+	for out, want := range map[string]string{
+		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n": "store unreachable",
+		"lakefs-produce: producer p1 was fenced: another process registered\n":                             "fenced",
+		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                     "other: reader: step N: stat .../N: transport endpoint is not connected",
+		"": "no output",
+	} {
+		if got := chaosExitCause(out); got != want {
+			t.Errorf("chaosExitCause(%q) = %q, want %q", out, got, want)
+		}
+	}
 }
