@@ -253,12 +253,13 @@ func (m *chaosMonitor) sampleLoop(ctx context.Context, ws []chaosWaiter) {
 
 // step samples one waiter and closes its stall when it progressed.
 func (m *chaosMonitor) step(s *chaosWaitState, now time.Time) {
-	progressed, waiting := s.w.sample()
 	stalled := s.waiting && now.Sub(s.since) > chaosStallMin
 	if stalled && now.Sub(s.looked) >= time.Second {
-		// Asked while it waits: the cause may be gone once it progresses.
+		// Asked before the sample, while it still waits: the sample that
+		// sees progress also moves on what it waits for.
 		s.what, s.looked = s.w.what(s.since), now
 	}
+	progressed, waiting := s.w.sample()
 	if progressed || (s.waiting && !waiting) {
 		if stalled {
 			m.stalls = append(m.stalls, chaosStall{who: s.w.name(), what: s.what, start: s.since, end: now})
@@ -331,15 +332,23 @@ type chaosReaderWaiter struct {
 	manifest   string
 	writerDone <-chan struct{}
 	rec        chaosRecTail
-	total      int64 // batches sealed, once the writer is done
-	committed  time.Time
-	forStep    int64
+	total      int64     // batches sealed, once the writer is done
+	forStep    int64     // the step it reads next
+	committed  time.Time // when forStep was first seen committed
 }
 
 func (r *chaosReaderWaiter) name() string { return "reader " + r.n.name }
 
 func (r *chaosReaderWaiter) sample() (progressed, waiting bool) {
 	progressed = r.rec.read()
+	// When the step it waits for was committed (steps are contiguous
+	// from 0): before, it waits for a producer; after, for its mount.
+	if next := r.rec.lines; r.forStep != next {
+		r.forStep, r.committed = next, time.Time{}
+	}
+	if r.committed.IsZero() && r.m.head.Load() >= r.forStep {
+		r.committed = time.Now()
+	}
 	select {
 	case <-r.writerDone:
 		if r.total == 0 {
@@ -352,17 +361,10 @@ func (r *chaosReaderWaiter) sample() (progressed, waiting bool) {
 }
 
 func (r *chaosReaderWaiter) what(since time.Time) string {
-	next := r.rec.lines // steps are contiguous from 0
-	if r.forStep != next {
-		r.forStep, r.committed = next, time.Time{}
-	}
-	if r.committed.IsZero() && r.m.head.Load() >= next {
-		r.committed = time.Now()
-	}
 	if r.committed.IsZero() {
-		return fmt.Sprintf("step %d, not yet committed", next)
+		return fmt.Sprintf("step %d, not yet committed", r.forStep)
 	}
-	return fmt.Sprintf("step %d through mount %s (committed %.0fs into the stall)", next, r.n.name, max(0, r.committed.Sub(since).Seconds()))
+	return fmt.Sprintf("step %d through mount %s (committed %.1fs into the stall)", r.forStep, r.n.name, max(0, r.committed.Sub(since).Seconds()))
 }
 
 // chaosWriterWaiter is the writer: while it runs, it only ever waits for
@@ -577,17 +579,19 @@ func chaosExitCause(out string) string {
 
 var (
 	chaosDigits = regexp.MustCompile(`[0-9]+`)
+	chaosURLs   = regexp.MustCompile(`[a-z][a-z0-9+.-]*://\S*`)
 	chaosDirs   = regexp.MustCompile(`/[^\s:]*/`)
 )
 
-// chaosShorten makes a log line a short, stable key: its numbers (steps,
-// ports, times) are N, a path is its last element and it is cut at 70
-// characters.
+// chaosShorten makes a log line a short, stable key that keeps its cause:
+// a URL is URL, a path its last element, numbers (steps, ports, times) N,
+// and it is cut at 90 characters.
 func chaosShorten(line string) string {
-	line = chaosDirs.ReplaceAllString(strings.TrimSpace(line), ".../")
+	line = chaosURLs.ReplaceAllString(strings.TrimSpace(line), "URL")
+	line = chaosDirs.ReplaceAllString(line, ".../")
 	line = chaosDigits.ReplaceAllString(line, "N")
-	if len(line) > 70 {
-		line = line[:67] + "..."
+	if len(line) > 90 {
+		line = line[:87] + "..."
 	}
 	return line
 }
@@ -621,6 +625,7 @@ func TestChaosAttribute(t *testing.T) {
 		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n": "store unreachable",
 		"lakefs-produce: producer p1 was fenced: another process registered\n":                             "fenced",
 		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                     "other: reader: step N: stat .../N: transport endpoint is not connected",
+		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: InternalError":  "other: lakefs-produce: refusing store URL InternalError",
 		"": "no output",
 	} {
 		if got := chaosExitCause(out); got != want {
