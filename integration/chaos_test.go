@@ -591,9 +591,10 @@ func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) []string {
 		c.stats.fault(kind)
 		c.t.Logf("%6.1fs: %s", time.Since(c.start).Seconds(), kind)
 		if kind == "producer SIGSTOP (zombie)" {
-			// A new incarnation starts at once: a fault of an instant.
+			// It is stopped for StopFor and then woken (in p.zombie).
 			id := c.ids[rng.IntN(len(c.ids))]
-			c.timeline.begin(kind + " " + id)
+			fi := c.timeline.begin(kind + " " + id)
+			time.AfterFunc(c.o.StopFor, func() { c.timeline.end(fi, time.Now()) })
 			p := c.prods[id]
 			zombieWG.Go(func() {
 				z := c.wakeZombie(p)
