@@ -337,7 +337,7 @@ type chaosReaderWaiter struct {
 	committed  time.Time // when forStep was first seen committed
 }
 
-func (r *chaosReaderWaiter) name() string { return "reader " + r.n.name }
+func (r *chaosReaderWaiter) name() string { return "reader of node " + r.n.name }
 
 func (r *chaosReaderWaiter) sample() (progressed, waiting bool) {
 	progressed = r.rec.read()
@@ -610,7 +610,7 @@ func TestChaosAttribute(t *testing.T) {
 	}
 	outages := []chaosOutage{{down: at(20), up: at(40)}}
 	rows := attribute([]chaosStall{
-		{who: "reader a", start: at(2), end: at(14)},
+		{who: "reader of node a", start: at(2), end: at(14)},
 		{who: "producer p0", start: at(19), end: at(170)},
 	}, faults, outages)
 	if r := rows[0]; r.fault == nil || r.fault.what != "mount SIGSTOP (hung) a" || r.storeDown != 0 || r.bound != 12*time.Second {
