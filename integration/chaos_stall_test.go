@@ -559,7 +559,8 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 // the last lines of its output.
 func chaosExitCause(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	tail := strings.ToLower(strings.Join(lines[max(0, len(lines)-3):], "\n"))
+	last := strings.Join(lines[max(0, len(lines)-3):], "\n")
+	tail := strings.ToLower(last)
 	switch {
 	case tail == "":
 		return "no output"
@@ -570,6 +571,10 @@ func chaosExitCause(out string) string {
 		return "store unreachable"
 	case strings.Contains(tail, "no space left"):
 		return "staging disk full"
+	case strings.Contains(tail, "refusing store"):
+		// Reachable but failing its start probe's writes (SeaweedFS
+		// answers before a volume is writable).
+		return "store refused the start probe: " + chaosShorten(last[strings.LastIndex(last, ": ")+2:])
 	case strings.Contains(tail, "staging directory in use"):
 		// The SIGSTOPped zombie still holds the staging lock.
 		return "staging directory in use"
@@ -581,17 +586,20 @@ var (
 	chaosDigits = regexp.MustCompile(`[0-9]+`)
 	chaosURLs   = regexp.MustCompile(`[a-z][a-z0-9+.-]*://\S*`)
 	chaosDirs   = regexp.MustCompile(`/[^\s:]*/`)
+	chaosHex    = regexp.MustCompile(`\b[0-9a-f]{8,}\b`)
 )
 
 // chaosShorten makes a log line a short, stable key that keeps its cause:
-// a URL is URL, a path its last element, numbers (steps, ports, times) N,
-// and it is cut at 90 characters.
+// a URL is URL, a path its last element, a random hex name H, numbers
+// (steps, ports, times) N, and past 90 characters it keeps its start and
+// its end (the root cause of a wrapped error).
 func chaosShorten(line string) string {
 	line = chaosURLs.ReplaceAllString(strings.TrimSpace(line), "URL")
 	line = chaosDirs.ReplaceAllString(line, ".../")
+	line = chaosHex.ReplaceAllString(line, "H")
 	line = chaosDigits.ReplaceAllString(line, "N")
 	if len(line) > 90 {
-		line = line[:87] + "..."
+		line = line[:40] + " ... " + line[len(line)-45:]
 	}
 	return line
 }
@@ -622,10 +630,11 @@ func TestChaosAttribute(t *testing.T) {
 			r.fault, r.storeDown, r.upToProgress, r.bound)
 	}
 	for out, want := range map[string]string{
-		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n": "store unreachable",
-		"lakefs-produce: producer p1 was fenced: another process registered\n":                             "fenced",
-		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                     "other: reader: step N: stat .../N: transport endpoint is not connected",
-		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: InternalError":  "other: lakefs-produce: refusing store URL InternalError",
+		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                             "store unreachable",
+		"lakefs-produce: producer p1 was fenced: another process registered\n":                                                                                         "fenced",
+		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                                                                                 "other: reader: step N: stat .../N: transport endpoint is not connected",
+		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: create-if-absent probe: first create of _probe/3fa2b9c0d1e2: InternalError": "store refused the start probe: InternalError",
+		"lakefs-mount: mounting /tmp/x/mnt-a: fusermount3: exit status 1 and a long tail of words that goes past ninety characters":                                    "other: lakefs-mount: mounting .../mnt-a: fuserm ... ail of words that goes past ninety characters",
 		"": "no output",
 	} {
 		if got := chaosExitCause(out); got != want {
