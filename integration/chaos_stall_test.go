@@ -571,6 +571,11 @@ func chaosExitCause(out string) string {
 		return "store unreachable"
 	case strings.Contains(tail, "no space left"):
 		return "staging disk full"
+	case strings.Contains(tail, "transport endpoint is not connected"):
+		return "its mount gone (ENOTCONN)"
+	case strings.Contains(tail, "input/output error"):
+		// A read through the mount failed: the store or a checksum.
+		return "EIO from its mount"
 	case strings.Contains(tail, "refusing store"):
 		// Reachable but failing its start probe's writes (SeaweedFS
 		// answers before a volume is writable).
@@ -632,7 +637,8 @@ func TestChaosAttribute(t *testing.T) {
 	for out, want := range map[string]string{
 		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                             "store unreachable",
 		"lakefs-produce: producer p1 was fenced: another process registered\n":                                                                                         "fenced",
-		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                                                                                 "other: reader: step N: stat .../N: transport endpoint is not connected",
+		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                                                                                 "its mount gone (ENOTCONN)",
+		"reader: step 7: /m/steps/7/rank-0/f0.bin: read /m/steps/7/rank-0/f0.bin: input/output error (a checksum mismatch or a store error)":                           "EIO from its mount",
 		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: create-if-absent probe: first create of _probe/3fa2b9c0d1e2: InternalError": "store refused the start probe: InternalError",
 		"lakefs-mount: mounting /tmp/x/mnt-a: fusermount3: exit status 1 and a long tail of words that goes past ninety characters":                                    "other: lakefs-mount: mounting .../mnt-a: fuserm ... ail of words that goes past ninety characters",
 		"": "no output",
