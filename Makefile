@@ -55,8 +55,10 @@ example: build
 
 # The chaos run for SOAK (default 20m) of faults on versitygw, then on
 # SeaweedFS (built by scripts/seaweedfs.sh on first use, ~6 min); each prints
-# a summary table (faults by kind, steps, bytes, mismatches, duplicates,
-# losses, longest stall).
+# a summary table (faults by kind, self-exits by role and cause, steps,
+# bytes, mismatches, duplicates, losses, longest stall) and every stall over
+# 10 s attributed; a stall over 120 s from the store being back fails it
+# (docs/RELIABILITY.md, Liveness).
 SOAK ?= 20m
 soak: tools seaweedfs
 	set -o pipefail; LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \

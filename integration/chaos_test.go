@@ -97,7 +97,7 @@ func TestChaos(t *testing.T) {
 type chaosStats struct {
 	mu     sync.Mutex
 	faults map[string]int // GUARDED_BY(mu)
-	exits  map[string]int // GUARDED_BY(mu): processes that ended by themselves, by kind
+	exits  map[string]int // GUARDED_BY(mu): processes that ended by themselves, by role and cause
 }
 
 func (s *chaosStats) fault(kind string) {
@@ -165,7 +165,7 @@ func (s *chaosSup) run(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		if !killed && !detach {
-			s.stats.exit(s.kind)
+			s.stats.exit(s.kind + " " + chaosExitCause(out.String()))
 		}
 		select {
 		case <-ctx.Done():
@@ -309,31 +309,58 @@ func chaosLastStep(path string) int64 {
 	return steps[len(steps)-1].Step
 }
 
-// chaosRun runs the chaos against srv: the cluster starts, the writer
-// writes while the faults go on, the cluster quiets down, and then every
-// read is checked against what the writer sealed and the store against
-// its status.
+// chaosRun runs the chaos against srv in phases: set up (the cluster
+// starts), the fault loop (the writer writes while the faults go on),
+// drain (the cluster quiets down), verification (every read against what
+// the writer sealed, the store against its status) and the summary (with
+// every stall attributed, and the liveness bound checked).
 func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
 	c := chaosSetUp(t, srv, o)
 	c.startCluster()
-	start := time.Now()
-	w := c.startWriter()
-	tr := c.startTraining()
-	zombies := c.injectFaults(start, w.done)
-	<-w.done
-	if w.err != nil {
-		t.Fatalf("writer: %v\n%s", w.err, w.stderr)
-	}
-	chaosTime := time.Since(start)
-
+	ph := c.faultLoop()
+	summarized := false
+	defer func() {
+		// A run that failed before its summary still says who stalled.
+		if !summarized {
+			c.logStalls(ph.monitor.stop())
+		}
+	}()
 	want := c.drain()
-	tr.stop()
+	stalls := ph.monitor.stop()
+	ph.training.stop()
 	c.stop()
+
 	sum := c.checkReads(want)
 	sum.liveSteps, sum.dataObjs = c.checkStore(int64(len(want)))
-	sum.server, sum.chaosTime, sum.zombies = srv.Name(), chaosTime, len(zombies)
-	sum.ckpts, sum.gcRuns, sum.steps = tr.ckpts, tr.gcRuns, int64(len(want))
+	sum.server, sum.chaosTime, sum.zombies = srv.Name(), ph.chaosTime, ph.zombies
+	sum.ckpts, sum.gcRuns, sum.steps = ph.training.ckpts, ph.training.gcRuns, int64(len(want))
+	faults, outages := c.timeline.snapshot()
+	sum.stalls = attribute(stalls, faults, outages)
 	c.summarize(sum)
+	summarized = true
+}
+
+// chaosPhase is what the fault loop leaves running or learned.
+type chaosPhase struct {
+	chaosTime time.Duration
+	zombies   []string
+	training  *chaosTraining
+	monitor   *chaosMonitor
+}
+
+// faultLoop starts the writer, training and the stall monitor, and
+// injects faults until the writer is done and MinChaos has passed.
+func (c *chaosCluster) faultLoop() chaosPhase {
+	c.start = time.Now()
+	w := c.startWriter()
+	ph := chaosPhase{monitor: c.startMonitor(w.done), training: c.startTraining()}
+	ph.zombies = c.injectFaults(w.done)
+	<-w.done
+	if w.err != nil {
+		c.t.Fatalf("writer: %v\n%s", w.err, w.stderr)
+	}
+	ph.chaosTime = time.Since(c.start)
+	return ph
 }
 
 // chaosCluster is one chaos run's stream, staging disk and processes.
@@ -351,6 +378,8 @@ type chaosCluster struct {
 	prods    map[string]*chaosSup
 	nodes    []*chaosNode
 	stats    *chaosStats
+	timeline *chaosTimeline
+	start    time.Time // of the fault loop
 	ctx      context.Context
 	cancel   context.CancelFunc
 	procs    sync.WaitGroup
@@ -375,7 +404,7 @@ func chaosSetUp(t *testing.T, srv chaosS3, o chaosOptions) *chaosCluster {
 	c := &chaosCluster{t: t, srv: srv, o: o, bin: bin, writer: writer, url: url,
 		staging: filepath.Join(root, "staging"), manifest: filepath.Join(root, "manifest.jsonl"),
 		dirs: map[string]string{}, prods: map[string]*chaosSup{},
-		stats: &chaosStats{faults: map[string]int{}, exits: map[string]int{}}}
+		stats: &chaosStats{faults: map[string]int{}, exits: map[string]int{}}, timeline: &chaosTimeline{}}
 	if err := os.Mkdir(c.staging, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +552,7 @@ var chaosKinds = []string{"mount SIGKILL", "mount SIGKILL", "producer SIGSTOP (z
 // then at random until the writer is done and MinChaos has passed.
 // Producer SIGKILLs run on their own, more often. It returns how each
 // woken zombie exited.
-func (c *chaosCluster) injectFaults(start time.Time, writerDone <-chan struct{}) []string {
+func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) []string {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
 	chaosUntil := time.Now().Add(c.o.MinChaos)
 	over := func() bool {
@@ -540,7 +569,9 @@ func (c *chaosCluster) injectFaults(start time.Time, writerDone <-chan struct{})
 		defer close(killerDone)
 		for !over() && c.ctx.Err() == nil {
 			time.Sleep(time.Second + time.Duration(krng.Int64N(int64(3*time.Second))))
-			c.prods[c.ids[krng.IntN(len(c.ids))]].kill()
+			id := c.ids[krng.IntN(len(c.ids))]
+			c.timeline.begin("producer SIGKILL " + id)
+			c.prods[id].kill()
 			c.stats.fault("producer SIGKILL")
 		}
 	}()
@@ -558,9 +589,13 @@ func (c *chaosCluster) injectFaults(start time.Time, writerDone <-chan struct{})
 		}
 		time.Sleep(2*time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
 		c.stats.fault(kind)
-		c.t.Logf("%6.1fs: %s", time.Since(start).Seconds(), kind)
+		c.t.Logf("%6.1fs: %s", time.Since(c.start).Seconds(), kind)
 		if kind == "producer SIGSTOP (zombie)" {
-			p := c.prods[c.ids[rng.IntN(len(c.ids))]]
+			// It is stopped for StopFor and then woken (in p.zombie).
+			id := c.ids[rng.IntN(len(c.ids))]
+			fi := c.timeline.begin(kind + " " + id)
+			time.AfterFunc(c.o.StopFor, func() { c.timeline.end(fi, time.Now()) })
+			p := c.prods[id]
 			zombieWG.Go(func() {
 				z := c.wakeZombie(p)
 				zmu.Lock()
@@ -576,43 +611,78 @@ func (c *chaosCluster) injectFaults(start time.Time, writerDone <-chan struct{})
 	return zombies
 }
 
-// wakeZombie SIGSTOPs p while a new incarnation takes over, wakes it and
-// checks it found itself fenced.
+// wakeZombie SIGSTOPs p while the supervisor starts a new incarnation,
+// wakes it and says how it ended. The zombie holds the staging
+// directory's flock, so on one host its successors are refused ("staging
+// directory in use") and no newer epoch exists: woken, it carries on as
+// the producer until killed a minute later. A successor that took over
+// anyway would fence it (exit non-zero, "fenced"); exit 0 is a failure.
 func (c *chaosCluster) wakeZombie(p *chaosSup) string {
 	code, tail := p.zombie(c.o.StopFor)
 	c.t.Logf("zombie %s woke up and exited %d: %s", p.name, code, lastLine(tail))
-	if code == 0 {
-		c.t.Errorf("%s woke up as a zombie and exited 0; want it fenced: %s", p.name, tail)
+	switch {
+	case code == 0:
+		c.t.Errorf("%s woke up as a zombie and exited 0; want it fenced or still the producer: %s", p.name, tail)
+		return "exited 0"
+	case code == -1:
+		return "kept its staging lock, went on"
+	case strings.Contains(strings.ToLower(tail), "fenced"):
+		return "fenced"
 	}
-	return fmt.Sprintf("%s: exit %d", p.name, code)
+	return "exited " + strconv.Itoa(code) + ": " + chaosExitCause(tail)
 }
 
-// inject injects one fault of kind (not a zombie) and returns when it is
-// over.
+// inject injects one fault of kind (not a zombie), records it on the
+// timeline with its target, and returns when it is over.
 func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
 	switch kind {
 	case "mount SIGKILL":
 		n := c.nodes[rng.IntN(len(c.nodes))]
+		i := c.timeline.begin(kind + " " + n.name)
 		n.reader.kill()
 		n.mount.kill()
+		c.timeline.end(i, time.Now())
 	case "mount SIGSTOP (hung)":
 		// Its reader blocks meanwhile; the mount answers again after.
-		c.nodes[rng.IntN(len(c.nodes))].mount.pause(c.o.StopFor)
+		n := c.nodes[rng.IntN(len(c.nodes))]
+		i := c.timeline.begin(kind + " " + n.name)
+		n.mount.pause(c.o.StopFor)
+		c.timeline.end(i, time.Now())
 	case "producer SIGSTOP (hung)":
-		c.prods[c.ids[rng.IntN(len(c.ids))]].pause(c.o.StopFor)
+		id := c.ids[rng.IntN(len(c.ids))]
+		i := c.timeline.begin(kind + " " + id)
+		c.prods[id].pause(c.o.StopFor)
+		c.timeline.end(i, time.Now())
 	case "S3 SIGKILL", "S3 SIGTERM":
-		sig := syscall.SIGKILL
-		if kind == "S3 SIGTERM" {
-			sig = syscall.SIGTERM
-		}
-		c.srv.Stop(sig)
-		time.Sleep(c.o.Outage)
-		if err := c.srv.Restart(); err != nil {
-			c.t.Fatalf("restarting %s: %v", c.srv.Name(), err)
-		}
+		c.storeOutage(kind)
 	case "staging disk full":
+		i := c.timeline.begin(kind)
 		chaosFillDisk(c.t, c.staging, c.o.StopFor)
+		c.timeline.end(i, time.Now())
 	}
+}
+
+// storeOutage stops the S3 server, restarts it after Outage and returns
+// once it accepts a write again: the outage's end on the timeline.
+func (c *chaosCluster) storeOutage(kind string) {
+	sig := syscall.SIGKILL
+	if kind == "S3 SIGTERM" {
+		sig = syscall.SIGTERM
+	}
+	i := c.timeline.begin(kind)
+	c.timeline.storeDown()
+	c.srv.Stop(sig)
+	time.Sleep(c.o.Outage)
+	if err := c.srv.Restart(); err != nil {
+		c.t.Fatalf("restarting %s: %v", c.srv.Name(), err)
+	}
+	bucket, _ := chaosBucket(c.url)
+	up, err := waitStoreWrites(c.ctx, c.srv.Client(), bucket)
+	if err != nil {
+		c.t.Errorf("%s: %v", c.srv.Name(), err)
+	}
+	c.timeline.storeUp(up)
+	c.timeline.end(i, up)
 }
 
 // drain lets the supervised producers drain their staging directories and
@@ -657,11 +727,13 @@ func (c *chaosCluster) stop() {
 type chaosSummary struct {
 	server                   string
 	chaosTime, stall         time.Duration
-	zombies, ckpts, gcRuns   int
+	zombies                  []string // how each woken zombie ended
+	ckpts, gcRuns            int
 	steps, files, bytesRead  int64
 	mismatches, dups, losses int64
 	liveSteps                int
 	dataObjs                 int
+	stalls                   []chaosStallRow
 }
 
 // checkReads checks that each reader read every step once, contiguous
@@ -776,7 +848,13 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	for _, k := range slices.Sorted(maps.Keys(c.stats.exits)) {
 		fmt.Fprintf(tw, "exited by itself: %s\t%d\t\n", k, c.stats.exits[k])
 	}
-	fmt.Fprintf(tw, "zombies woken\t%d\t\n", sum.zombies)
+	zc := map[string]int{}
+	for _, z := range sum.zombies {
+		zc[z]++
+	}
+	for _, z := range slices.Sorted(maps.Keys(zc)) {
+		fmt.Fprintf(tw, "zombie woken: %s\t%d\t\n", z, zc[z])
+	}
 	fmt.Fprintf(tw, "checkpoints / gc runs\t%d / %d\t\n", sum.ckpts, sum.gcRuns)
 	fmt.Fprintf(tw, "steps\t%d\t\n", sum.steps)
 	fmt.Fprintf(tw, "files read\t%d\t\n", sum.files)
@@ -787,7 +865,14 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	fmt.Fprintf(tw, "longest stall\t%s\t\n", sum.stall.Round(time.Millisecond))
 	fmt.Fprintf(tw, "live steps / data objects after gc\t%d / %d\t\n", sum.liveSteps, sum.dataObjs)
 	_ = tw.Flush()
+	writeStallTable(&table, sum.stalls, c.start)
 	c.t.Logf("chaos summary:\n%s", table.String())
+	for _, r := range sum.stalls {
+		if r.bound > chaosLivenessBound {
+			c.t.Errorf("liveness: %s waited %s for %s; %s from the store being back up (or the stall's start) to progress exceeds %s",
+				r.who, r.end.Sub(r.start).Round(time.Second), r.what, r.bound.Round(time.Second), chaosLivenessBound)
+		}
+	}
 	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "S3 SIGKILL", "S3 SIGTERM", "staging disk full"} {
 		if c.stats.faults[k] == 0 {
 			c.t.Errorf("no %s was injected: the run did not test it", k)
@@ -823,11 +908,9 @@ func chaosFillDisk(t testing.TB, dir string, d time.Duration) {
 // chaosListData lists the stream's data/ objects with a plain S3 client.
 func chaosListData(t testing.TB, srv chaosS3, url string) (objects int, bytes int64) {
 	t.Helper()
-	rest, _ := strings.CutPrefix(url, "s3://")
-	path, _, _ := strings.Cut(rest, "?")
-	bucket, prefix, _ := strings.Cut(path, "/")
+	bucket, prefix := chaosBucket(url)
 	p := s3.NewListObjectsV2Paginator(srv.Client(), &s3.ListObjectsV2Input{
-		Bucket: aws.String(bucket), Prefix: aws.String(strings.Trim(prefix, "/") + "/data/")})
+		Bucket: aws.String(bucket), Prefix: aws.String(prefix + "/data/")})
 	for p.HasMorePages() {
 		page, err := p.NextPage(t.Context())
 		if err != nil {
