@@ -42,6 +42,12 @@ type RunOptions struct {
 	// StoreWaiting, if set, is told when the run starts and stops waiting
 	// for an unreachable store.
 	StoreWaiting func(bool)
+	// WaitForLock: while another process holds the staging directory (a
+	// previous incarnation still stopping, or a stopped one), wait for it
+	// with backoff instead of failing with ErrLocked; until StartDeadline,
+	// if set.
+	WaitForLock   bool
+	StartDeadline time.Time
 	// Observe and OnBatch report progress (metrics, the live line).
 	// Observe is called from the producer's committer goroutine. OnBatch
 	// is called from two goroutines, the scanning loop (rejected batches,
@@ -81,8 +87,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	unlock, err := o.Tree.Lock(o.ProducerID)
+	unlock, err := o.lock(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped by a signal while waiting
+		}
 		return err
 	}
 	defer unlock()
@@ -123,6 +132,29 @@ func Run(ctx context.Context, o RunOptions) error {
 		return nil // stopped by a signal: a clean exit
 	}
 	return err
+}
+
+// lock takes the staging directory, waiting for another holder when
+// WaitForLock: exiting would hand the wait to a supervisor's restart loop
+// (hundreds of restarts while a stopped incarnation held it).
+func (o *RunOptions) lock(ctx context.Context) (func(), error) {
+	delay := storeWaitMin
+	for attempt := 1; ; attempt++ {
+		unlock, err := o.Tree.Lock(o.ProducerID)
+		if err == nil || !errors.Is(err, ErrLocked) || !o.WaitForLock {
+			return unlock, err
+		}
+		if !o.StartDeadline.IsZero() && time.Now().Add(delay/2).After(o.StartDeadline) {
+			return nil, fmt.Errorf("%w (still held at --start-timeout)", err)
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		o.Logger.Warn("staging directory held by another process; waiting for it", "attempt", attempt,
+			"retry_in", wait.Round(time.Millisecond), "cause", err)
+		if err := sleepCtx(ctx, wait); err != nil {
+			return nil, err
+		}
+		delay = min(delay*2, storeWaitMax)
+	}
 }
 
 type runner struct {

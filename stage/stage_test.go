@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -960,5 +961,47 @@ func TestRejectKillAtAnyPoint(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dst, ".reason.tmp")); err == nil {
 		t.Error("the reason's temporary file was left behind")
+	}
+}
+
+// TestRunWaitsForLock: with WaitForLock, a run that finds the staging
+// directory held waits until it is released, then commits; past its
+// StartDeadline it fails with ErrLocked; without it, it fails at once.
+func TestRunWaitsForLock(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b1")
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tree.Lock("stopped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := stage.RunOptions{Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Once: true,
+		Logger: slog.New(slog.DiscardHandler)}
+	if err := stage.Run(t.Context(), opts); !errors.Is(err, stage.ErrLocked) {
+		t.Fatalf("without WaitForLock: %v; want ErrLocked at once", err)
+	}
+	deadlined := opts
+	deadlined.WaitForLock, deadlined.StartDeadline = true, time.Now().Add(300*time.Millisecond)
+	if err := stage.Run(t.Context(), deadlined); !errors.Is(err, stage.ErrLocked) {
+		t.Fatalf("past the start deadline: %v; want ErrLocked", err)
+	}
+	waiting := opts
+	waiting.WaitForLock = true
+	done := make(chan error, 1)
+	go func() { done <- stage.Run(t.Context(), waiting) }()
+	select {
+	case err := <-done:
+		t.Fatalf("run returned %v while the directory was held", err)
+	case <-time.After(time.Second):
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("run after the release: %v", err)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
+		t.Fatalf("steps %v, want b1", steps)
 	}
 }

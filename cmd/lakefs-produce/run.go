@@ -64,8 +64,9 @@ directory, entries beginning with '_' or '.' are never batches, nor is a
 symlink to one: run --once says so for each one that is sealed.
 
 While the store is unreachable or answers that it cannot serve (HTTP 5xx,
-throttling), run waits for it with capped backoff (0.5 s to 8 s, one log line
-per attempt) instead of exiting; --start-timeout bounds that wait at start.
+throttling), or another process holds the staging directory, run waits with
+capped backoff (0.5 s to 8 s, one log line per attempt) instead of exiting;
+--start-timeout bounds that wait at start, and --once does not wait.
 
 --once commits every batch sealed at start, prints one line per batch
 ("NAME -> step N", "NAME rejected: REASON", or "NAME not picked up: WHY")
@@ -126,6 +127,10 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 	}
+	var deadline time.Time
+	if o.StartTimeout > 0 {
+		deadline = time.Now().Add(o.StartTimeout)
+	}
 	s, l, err := connect(ctx, connectOptions{URL: o.Store, FailFast: o.Once, Timeout: o.StartTimeout, Logger: logger, Waiting: m.waitingForStore})
 	if err != nil {
 		return err
@@ -136,8 +141,8 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	err = stage.Run(ctx, stage.RunOptions{
 		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
 		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Logger: logger, ConsumerTimeout: o.ConsumerTimeout,
-		StoreWaiting: m.waitingForStore,
-		Observe:      func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
+		StoreWaiting: m.waitingForStore, WaitForLock: !o.Once, StartDeadline: deadline,
+		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
 		OnBatch: func(e stage.BatchEvent) {
 			m.batch(e)
 			prog.batch(e)
