@@ -330,11 +330,24 @@ func testList(t *testing.T, s store.Store) {
 	if !slices.Equal(walked, want) {
 		t.Fatalf("walk differs at %v", firstDiff(walked, want))
 	}
-	// Walk after a key, sizes included, and stopping when fn says so
-	// (file:// walks in one pass, not page by page).
-	walked = walked[:0]
+	testWalkAfter(t, s, want)
+	// Starting after a key in the middle, and after a key that does not exist.
+	objs, _, err = s.List(ctx, "l/", want[600], 3)
+	if err != nil || len(objs) != 3 || objs[0].Key != want[601] {
+		t.Fatalf("list after %s: %v %v", want[600], objs, err)
+	}
+	objs, _, err = s.List(ctx, "l/", "l/00600~", 1)
+	if err != nil || len(objs) != 1 || objs[0].Key <= "l/00600~" {
+		t.Fatalf("list after a missing key: %v %v", objs, err)
+	}
+}
+
+// testWalkAfter walks the keys of testList after one, sizes included,
+// and stops when fn says so (file:// walks in one pass, not page by page).
+func testWalkAfter(t *testing.T, s store.Store, want []string) {
+	var walked []string
 	stop := errors.New("stop")
-	err = store.Walk(ctx, s, "l/", want[600], func(o store.Info) error {
+	err := store.Walk(t.Context(), s, "l/", want[600], func(o store.Info) error {
 		if o.Size != int64(len(o.Key)) {
 			t.Fatalf("walk: %s: size %d", o.Key, o.Size)
 		}
@@ -345,15 +358,6 @@ func testList(t *testing.T, s store.Store) {
 	})
 	if !errors.Is(err, stop) || !slices.Equal(walked, want[601:701]) {
 		t.Fatalf("walk after %s: %d keys, err %v; want 100 from %s and fn's error", want[600], len(walked), err, want[601])
-	}
-	// Starting after a key in the middle, and after a key that does not exist.
-	objs, _, err = s.List(ctx, "l/", want[600], 3)
-	if err != nil || len(objs) != 3 || objs[0].Key != want[601] {
-		t.Fatalf("list after %s: %v %v", want[600], objs, err)
-	}
-	objs, _, err = s.List(ctx, "l/", "l/00600~", 1)
-	if err != nil || len(objs) != 1 || objs[0].Key <= "l/00600~" {
-		t.Fatalf("list after a missing key: %v %v", objs, err)
 	}
 }
 
