@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,11 @@ func (f *follower) samples() []float64 {
 // Follow measures consumer latency for every system and reader count
 // and writes a row each.
 func Follow(ctx context.Context, o ReadOptions, interval time.Duration, systems []string, out io.Writer) error {
+	// The read systems decide whether defaults looks for lakefs-mount.
+	o.Systems = []string{SystemDirect}
+	if slices.Contains(systems, FollowMount) {
+		o.Systems = []string{SystemMount}
+	}
 	if err := o.defaults(); err != nil {
 		return err
 	}

@@ -162,7 +162,7 @@ func (r *Report) Markdown() string {
 }
 
 // describeMachine fills Machine from /proc and the tools' versions.
-func describeMachine(ctx context.Context, produce, versitygw string) Machine {
+func describeMachine(ctx context.Context, lbench, versitygw string) Machine {
 	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), Versions: map[string]string{}}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -207,7 +207,7 @@ func describeMachine(ctx context.Context, produce, versitygw string) Machine {
 		return ""
 	}
 	m.Versions["versitygw"] = modVersion(versitygw, "mod", "github.com/versity/versitygw")
-	m.Versions["nats-server"] = modVersion(produce, "dep", "github.com/nats-io/nats-server/v2")
+	m.Versions["nats-server"] = modVersion(lbench, "dep", "github.com/nats-io/nats-server/v2")
 	if v := run("s3fs", "--version"); v != "" {
 		m.Versions["s3fs"] = strings.TrimSpace(strings.TrimPrefix(strings.Split(v, "(")[0], "Amazon Simple Storage Service File System"))
 	}

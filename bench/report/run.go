@@ -280,7 +280,8 @@ func measure(ctx context.Context, o *Options) (*RunFile, error) {
 	}
 	defer e.s3.Stop(syscall.SIGTERM)
 	f := &RunFile{Options: *o, Date: began.UTC(), Projected: Projection(o),
-		Machine: describeMachine(ctx, e.produce, filepath.Join(o.Tools, "bin", "versitygw"))}
+		// nats-server is linked into lakefs-bench, not lakefs-produce.
+		Machine: describeMachine(ctx, e.lbench, filepath.Join(o.Tools, "bin", "versitygw"))}
 	e.logf("projected duration of the whole run: %s (%s)", f.Projected, strings.Join(o.Sections, ", "))
 	for _, sec := range o.Sections {
 		t0 := time.Now()
