@@ -48,7 +48,13 @@ type FollowRow struct {
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	MaxMs      float64 `json:"max_ms"`
-	Load1      float64 `json:"load1"` // when the row's run started
+	// E2EP50Ms and E2EP99Ms: from the producer starting the step (its
+	// upload; NATS: the first publish) to the reader having read it. A
+	// NATS consumer can hold a part before its ack reaches the producer,
+	// so from-visible figures alone flatter the broker.
+	E2EP50Ms float64 `json:"e2e_p50_ms"`
+	E2EP99Ms float64 `json:"e2e_p99_ms"`
+	Load1    float64 `json:"load1"` // when the row's run started
 }
 
 // follower collects the samples of one run: when each step became
@@ -56,6 +62,7 @@ type FollowRow struct {
 type follower struct {
 	mu      sync.Mutex
 	visible map[int64]time.Time // GUARDED_BY(mu)
+	started map[int64]time.Time // GUARDED_BY(mu)
 	done    []followDone        // GUARDED_BY(mu)
 }
 
@@ -70,6 +77,12 @@ func (f *follower) sawVisible(step int64, t time.Time) {
 	f.visible[step] = t
 }
 
+func (f *follower) start(step int64, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started[step] = t
+}
+
 func (f *follower) read(step int64, t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -78,12 +91,12 @@ func (f *follower) read(step int64, t time.Time) {
 
 // samples are the latencies in ms. A reader can finish before the
 // producer has learnt its commit (or ack) landed: that sample is 0.
-func (f *follower) samples() []float64 {
+func (f *follower) samples(from map[int64]time.Time) []float64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []float64
 	for _, d := range f.done {
-		if v, ok := f.visible[d.step]; ok {
+		if v, ok := from[d.step]; ok {
 			out = append(out, max(0, ms(d.at.Sub(v))))
 		}
 	}
@@ -105,7 +118,7 @@ func Follow(ctx context.Context, o ReadOptions, interval time.Duration, systems 
 	for _, n := range o.Readers {
 		for _, sys := range systems {
 			load := Load1()
-			f := &follower{visible: map[int64]time.Time{}}
+			f := &follower{visible: map[int64]time.Time{}, started: map[int64]time.Time{}}
 			var err error
 			switch sys {
 			case FollowMount:
@@ -118,10 +131,10 @@ func Follow(ctx context.Context, o ReadOptions, interval time.Duration, systems 
 			if err != nil {
 				return fmt.Errorf("bench read --follow, %s, %d readers: %w", sys, n, err)
 			}
-			xs := f.samples()
+			xs, e2e := f.samples(f.visible), f.samples(f.started)
 			pr.print(FollowRow{Kind: "follow", System: sys, Readers: n, Samples: len(xs), SizeBytes: o.Size,
 				IntervalMs: ms(interval), P50Ms: round(percentile(xs, 50), 2), P99Ms: round(percentile(xs, 99), 2),
-				MaxMs: round(percentile(xs, 100), 2), Load1: load})
+				MaxMs: round(percentile(xs, 100), 2), E2EP50Ms: round(percentile(e2e, 50), 2), E2EP99Ms: round(percentile(e2e, 99), 2), Load1: load})
 		}
 	}
 	return nil
@@ -172,7 +185,11 @@ func followMount(ctx context.Context, o *ReadOptions, n int, interval time.Durat
 		g.Go(func() error { return followMountReader(gctx, m.Mountpoint(), r, first+1, o.Steps, f) })
 	}
 	g.Go(func() error {
+		next := first + 1
 		return tick(gctx, interval, o.Steps, func() error {
+			// One producer, one TGB at a time: the step is the next one.
+			f.start(next, time.Now())
+			next++
 			step, err := commit(gctx)
 			if err == nil {
 				f.sawVisible(step, time.Now())
@@ -272,6 +289,7 @@ func followNATS(ctx context.Context, o *ReadOptions, n int, interval time.Durati
 		step := int64(0)
 		return tick(gctx, interval, o.Steps, func() error {
 			step++
+			f.start(step, time.Now())
 			if err := natsPublishTGB(gctx, js, fmt.Sprintf("tgb.follow.%d", step), data); err != nil {
 				return err
 			}
@@ -326,6 +344,6 @@ func (p *followPrinter) print(r FollowRow) {
 		fmt.Fprintf(p.out, "%s\n", b)
 		return
 	}
-	fmt.Fprintf(p.out, "%-6s readers %d: p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d samples (%s per rank, a step every %.0f ms)\n",
-		r.System, r.Readers, r.P50Ms, r.P99Ms, r.MaxMs, r.Samples, sizeString(r.SizeBytes), r.IntervalMs)
+	fmt.Fprintf(p.out, "%-6s readers %d: p50 %.1f ms, p99 %.1f ms, max %.1f ms; from the upload's start p50 %.1f ms, p99 %.1f ms; %d samples (%s per rank, a step every %.0f ms)\n",
+		r.System, r.Readers, r.P50Ms, r.P99Ms, r.MaxMs, r.E2EP50Ms, r.E2EP99Ms, r.Samples, sizeString(r.SizeBytes), r.IntervalMs)
 }

@@ -42,13 +42,13 @@ func (e *env) measureLatency(ctx context.Context) ([]Row, error) {
 func (e *env) renderLatency(rep *Report, rows []Row, notes []string) {
 	sec := &Section{Title: "Consumer latency at the head"}
 	rep.Sections = append(rep.Sections, sec)
-	sec.printf("A producer commits a step of 4 ranks x one %s file every %s (16 MB/s, below versitygw's limit) for %d steps; N readers, one per rank, each wait for the next step and read all of their rank's bytes. `mount`: through lakefs-mount with `--wait` on versitygw (the open blocks until the step is visible); `nats`: a JetStream pull consumer per rank (embedded nats-server, page-cache acks) fetching the same parts as they are published. A sample is the time from the step becoming visible (Lakestream: the commit returned to the producer; NATS: every part acked) to the reader having read its rank's bytes; a reader done before the producer learnt of its commit counts 0.\n\n",
+	sec.printf("A producer commits a step of 4 ranks x one %s file every %s (16 MB/s, below versitygw's limit) for %d steps; N readers, one per rank, each wait for the next step and read all of their rank's bytes. `mount`: through lakefs-mount with `--wait` on versitygw (the open blocks until the step is visible); `nats`: a JetStream pull consumer per rank (embedded nats-server, page-cache acks) fetching the same parts as they are published. A sample is the time from the step becoming visible (Lakestream: the commit returned to the producer; NATS: every part acked) to the reader having read its rank's bytes; a reader done before the producer learnt of its commit (or ack) counts 0, which a NATS consumer often is. The `from upload` columns measure from the producer starting the step (its upload; NATS: the first publish) instead, the fairer comparison: they include what each system does before the step is visible.\n\n",
 		latencySize, latencyInterval, e.o.LatencySteps)
 	for _, n := range notes {
 		sec.printf("Note: %s\n\n", n)
 	}
 	g := GroupRows(rows, "system", "readers")
-	t := Table{Header: []string{"system", "readers", "samples", "p50 ms", "p99 ms", "max ms", "load"}}
+	t := Table{Header: []string{"system", "readers", "samples", "p50 ms", "p99 ms", "max ms", "from upload p50 ms", "from upload p99 ms", "load"}}
 	fig := Figure{Title: "Consumer latency, p99", XLabel: "readers", YLabel: "p99 ms (log)", LogY: true}
 	series := map[string]*Series{}
 	var order []string
@@ -56,7 +56,7 @@ func (e *env) renderLatency(rep *Report, rows []Row, notes []string) {
 		r := g.Rows[k]
 		sys := r.Str("system")
 		t.Rows = append(t.Rows, []string{sys, num(r.Num("readers")), g.Stat(k, "samples").String(), g.Stat(k, "p50_ms").String(),
-			g.Stat(k, "p99_ms").String(), g.Stat(k, "max_ms").String(), loadCell(g, k)})
+			g.Stat(k, "p99_ms").String(), g.Stat(k, "max_ms").String(), g.Stat(k, "e2e_p50_ms").String(), g.Stat(k, "e2e_p99_ms").String(), loadCell(g, k)})
 		if series[sys] == nil {
 			series[sys] = &Series{Name: sys}
 			order = append(order, sys)

@@ -38,7 +38,7 @@ func sectionCostRaw(o *Options, sec string) time.Duration {
 	case "latency":
 		// Per system and reader count: the steps at latencyInterval, and
 		// a mount or a broker started.
-		return 2 * time.Duration(len(latencyReaders)) * (time.Duration(o.LatencySteps)*latencyInterval + 15*time.Second)
+		return 2 * time.Duration(len(latencyReaders)) * (time.Duration(o.LatencySteps)*latencyInterval + 5*time.Second)
 	case "read":
 		// bench read builds its stream once per repeat; the peers mount
 		// s3fs and rclone.
