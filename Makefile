@@ -69,8 +69,8 @@ demo: build
 	./scripts/demo.sh
 
 # The benchmark report (docs/bench/REPORT.md, rows.json and the PNGs),
-# about 72 minutes (projected) on a 2-core VM, loopback only; it prints
-# its projection first. BENCH_FLAGS passes flags to the generator
+# about 71 minutes (projected) on a 2-core VM, loopback only; it prints
+# its projection first (--dry-run: only that). BENCH_FLAGS passes flags to the generator
 # (bin/lakefs-bench report --help). Re-render without measuring:
 # bin/lakefs-bench report --from docs/bench/rows.json.
 bench: build tools bench-peers

@@ -1,6 +1,9 @@
 package report
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // The cost model that projects a run's duration before it starts. Its
 // constants are what the parts took on a 2-core VM; the report prints
@@ -64,4 +67,17 @@ func Projection(o *Options) time.Duration {
 		d += sectionCost(o, sec)
 	}
 	return d.Round(time.Second)
+}
+
+// printPlan prints every ingest point's window and projected time, each
+// section's projection and the total.
+func printPlan(o *Options) {
+	for _, r := range ingestRuns(o) {
+		fmt.Fprintf(o.Log, "ingest %-9s %-6s x %2d producers: warm-up %s, %d x %s windows, projected %s\n",
+			r.store, Bytes(float64(r.payload)), r.producers, warmup(r.window), o.Windows, r.window, r.cost(o).Round(time.Second))
+	}
+	for _, sec := range o.Sections {
+		fmt.Fprintf(o.Log, "section %-8s projected %s\n", sec, sectionCost(o, sec))
+	}
+	fmt.Fprintf(o.Log, "projected duration of the whole run: %s\n", Projection(o))
 }

@@ -165,3 +165,14 @@ func commands(rows []Row) string {
 func saveRun(f *RunFile, dir string) error {
 	return f.Save(filepath.Join(dir, RowsFile))
 }
+
+// loads are the load1 values of rows.
+func loads(rows []Row) []float64 {
+	var out []float64
+	for _, r := range rows {
+		if l, ok := r["load1"].(float64); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -28,6 +28,9 @@ type Options struct {
 	WorkDir string `json:"-"` // scratch space (default a temp dir, removed after)
 	// From re-renders the report from a rows.json instead of measuring.
 	From string `json:"-"`
+	// DryRun prints the plan and its projected duration, and measures
+	// nothing.
+	DryRun bool `json:"-"`
 
 	Repeats int // runs of every read point (default 3)
 	// Windows: back-to-back measured windows of every ingest point, after
@@ -63,7 +66,7 @@ var allSections = []string{"ingest", "dac", "latency", "read", "storage", "scale
 
 func (o *Options) defaults() error {
 	o.fill()
-	if o.From != "" {
+	if o.From != "" || o.DryRun {
 		return nil
 	}
 	for _, b := range []string{"lakefs-produce", "lakefs-mount", "lakefs-bench"} {
@@ -212,6 +215,10 @@ func (e *env) has(ctx context.Context, sub, flag string) bool {
 func Run(ctx context.Context, o Options) error {
 	if err := o.defaults(); err != nil {
 		return err
+	}
+	if o.DryRun {
+		printPlan(&o)
+		return nil
 	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)

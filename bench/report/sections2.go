@@ -200,7 +200,7 @@ func (e *env) renderStorage(rep *Report, rows []Row) {
 			return
 		}
 	}
-	e.storageSection(rep, streams)
+	e.storageSection(rep, streams, rows)
 }
 
 // The storage section's run: storageRounds rounds of storageBatches steps,
@@ -271,7 +271,7 @@ func sealBatches(staging string, first, n, ranks, size int) error {
 }
 
 // storageSection writes the storage section and its headline.
-func (e *env) storageSection(rep *Report, streams []storageStream) {
+func (e *env) storageSection(rep *Report, streams []storageStream, rows []Row) {
 	ranks := e.o.Ranks
 	sec := &Section{Title: "Storage over a checkpointed run"}
 	sec.printf("A producer commits %d steps per round through the staging tree (`run --once`), each of %d ranks x one %s file; after every round the checkpointed stream records a checkpoint at the head and runs `gc --grace 0s`, the other stream never does. Bytes are the sizes of the files under data/ and _log/ of the file:// store (one run: the figures are deterministic up to file-system rounding).\n\n",
@@ -294,6 +294,9 @@ func (e *env) storageSection(rep *Report, streams []storageStream) {
 		t.Rows = append(t.Rows, []string{fmt.Sprint(a.step), Bytes(a.data), Bytes(a.log), Bytes(b.data), Bytes(b.log)})
 	}
 	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, storageRounds, storageBatches, Bytes(storageFileSize))))
+	if l := Summarize(loads(rows)); l.N > 0 {
+		sec.printf("Load average at the start: %s.\n\n", cell(l.Max, "load1"))
+	}
 	sec.printf("Reproduce: `lakefs-bench report --sections storage` (a sequence of `lakefs-produce init`, `run --once`, `checkpoint` and `gc --grace 0s`, bench/report/sections2.go).\n\n")
 	sec.figure("storage.png", f)
 	a, b := streams[0].pts[len(streams[0].pts)-1], streams[1].pts[len(streams[1].pts)-1]
