@@ -45,7 +45,7 @@ func (e *env) renderCost(rep *Report, rows []Row, notes []string) {
 		sec.printf("Note: %s\n\n", n)
 	}
 	t := Table{Header: []string{"build", "index GETs", "data GETs", "log GETs", "log LISTs", "heartbeat PUTs/min", "seen p50 ms", "seen p99 ms", "$ per 1M steps", "floor $", "ratio to floor", "load"}}
-	h := Headline{Figure: "$ per million steps, 1,024 ranks, 128 nodes, 1 step/s", LimitName: "floor", PeerName: "none measured", Unit: "$", LowerIsBetter: true}
+	h := Headline{LimitName: "floor", PeerName: "none measured", Unit: "$", LowerIsBetter: true}
 	for _, r := range rows {
 		if r.Str("kind") != "cost" {
 			continue
@@ -57,11 +57,13 @@ func (e *env) renderCost(rep *Report, rows []Row, notes []string) {
 			num(r.Num("seen_p50_ms")), num(r.Num("seen_p99_ms")), num(total), num(r.Num("floor")), num(r.Num("ratio_to_floor")), cell(r["load1"], "load1")})
 		if r.Str("build") == "this build" || h.Lakestream.N == 0 {
 			h.Lakestream, h.Limit = Summarize([]float64{total}), Summarize([]float64{r.Num("floor")})
+			h.Figure = fmt.Sprintf("$ per million steps, %s ranks, %s nodes, 1 step/s", num(r.Num("ranks")), num(r.Num("deploy_nodes")))
 		}
 	}
 	sec.printf("Per node per step unless named otherwise.\n\n%s\n", t.Markdown())
 	sec.printf("%s%s", rep.Stamp(fmt.Sprint(costArgs(e.o))), commands(rows))
 	if h.Lakestream.N == 0 {
+		h.Figure = "$ per million steps"
 		h.MissingComment = "no cost rows: `bench scale --cost` missing or failed"
 	} else if h.Lakestream.Med > 2*h.Limit.Med {
 		rep.Losses = append(rep.Losses, fmt.Sprintf("Cost: $%s per million steps, %s the floor of $%s.", num(h.Lakestream.Med), Ratio(h.Lakestream.Med, h.Limit.Med), num(h.Limit.Med)))
