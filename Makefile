@@ -6,7 +6,7 @@ export LAKEFS_TOOLS := $(TOOLS)
 export PATH := $(TOOLS)/bin:$(PATH)
 GO ?= go
 
-.PHONY: all build image test lint fmt-check vet staticcheck unit tools demo example bench bench-peers soak seaweedfs clean
+.PHONY: all build image test lint fmt-check vet staticcheck unit tools demo example bench bench-quick bench-peers soak seaweedfs clean
 
 all: build
 
@@ -70,11 +70,20 @@ seaweedfs:
 demo: build
 	./scripts/demo.sh
 
-# The benchmark report (docs/bench/REPORT.md and its PNGs), <= 20 minutes
-# on a 2-core VM, loopback only. BENCH_FLAGS passes flags to the generator
-# (bin/lakefs-bench report --help), e.g. BENCH_FLAGS='--repeats 1'.
+# The benchmark report (docs/bench/REPORT.md, rows.json and the PNGs),
+# about 71 minutes (projected) on a 2-core VM, loopback only; it prints
+# its projection first (--dry-run: only that). BENCH_FLAGS passes flags to the generator
+# (bin/lakefs-bench report --help). Re-render without measuring:
+# bin/lakefs-bench report --from docs/bench/rows.json.
 bench: build tools bench-peers
 	bin/lakefs-bench report --out docs/bench $(BENCH_FLAGS)
+
+# A reduced grid with short windows (<= 10 minutes) into bin/bench-quick,
+# to check the harness; the committed report is always a full run.
+BENCH_QUICK ?= --quick --windows 1 --window 1s --producers 1,4 --payloads 1MiB \
+	--repeats 1 --long-run 3s --latency-steps 10 --cost-window 10s
+bench-quick: build tools bench-peers
+	bin/lakefs-bench report --out bin/bench-quick $(BENCH_QUICK) $(BENCH_FLAGS)
 
 # The read peers the report compares with (Debian packages).
 bench-peers:

@@ -118,6 +118,43 @@ func TestIngestMem(t *testing.T) {
 	}
 }
 
+// TestIngestWarmupWindows: a point with a warm-up and three windows
+// prints three rows, numbered, back to back, each with in_flight and
+// load1; the NATS peer measures the same windows.
+func TestIngestWarmupWindows(t *testing.T) {
+	var out bytes.Buffer
+	err := Ingest(t.Context(), IngestOptions{
+		StoreURL: "mem://bench", Producers: []int{2}, Payloads: []int64{4096}, Duration: 300 * time.Millisecond,
+		Warmup: 200 * time.Millisecond, Windows: 3, Strategies: []string{"dac", NATS}, Drain: 200 * time.Millisecond,
+		JSON: true, Logger: quiet,
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		for _, k := range []string{`"in_flight":`, `"load1":`} {
+			if !strings.Contains(line, k) {
+				t.Errorf("row lacks %s: %s", k, line)
+			}
+		}
+	}
+	rows := parseRows(t, out.Bytes())
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 3 per strategy:\n%s", len(rows), out.String())
+	}
+	for i, r := range rows {
+		if want := i%3 + 1; r.Window != want || r.Seconds != 0.3 {
+			t.Errorf("row %d: window %d of %vs, want window %d of 0.3s", i, r.Window, r.Seconds, want)
+		}
+		if r.TGBs == 0 {
+			t.Errorf("row %d (%s): no TGBs in a window after the warm-up", i, r.Strategy)
+		}
+		if r.Strategy == NATS && r.InFlight != 2 {
+			t.Errorf("nats row %d: in_flight %d, want one per producer", i, r.InFlight)
+		}
+	}
+}
+
 // TestIngestFileTable: the file store with latency, the table output, and
 // the run's directory removed afterwards.
 func TestIngestFileTable(t *testing.T) {

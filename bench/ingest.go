@@ -55,6 +55,12 @@ type IngestOptions struct {
 	// Duration is how long each run measures (default 5s). In long-run mode
 	// (Versions > 0) it is the length of one reporting window.
 	Duration time.Duration
+	// Warmup runs each point unmeasured before its first window, so the
+	// first window does not pay for cold connections and empty queues.
+	Warmup time.Duration
+	// Windows is how many back-to-back windows of Duration each point
+	// measures, one row each (default 1; not in long-run mode).
+	Windows int
 	// Strategies to run: dac (the combining commit, what `run` does), naive
 	// (each producer commits its own TGBs, one per version, retrying at
 	// once) and the baselines raw-put and plain-put (the default is all
@@ -112,6 +118,9 @@ func (o *IngestOptions) defaults() error {
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
 	}
+	if o.Windows == 0 {
+		o.Windows = 1
+	}
 	if len(o.Strategies) == 0 {
 		o.Strategies = []string{"dac", "naive", RawPut, PlainPut}
 	}
@@ -129,8 +138,8 @@ func (o *IngestOptions) defaults() error {
 		return errors.New("bench: no store; pass a store URL")
 	case o.Ranks < 1:
 		return fmt.Errorf("bench: %d ranks; use at least 1", o.Ranks)
-	case o.Duration < 0 || o.Drain < 0 || o.StoreLatency < 0 || o.MaxQueued < 1:
-		return errors.New("bench: durations must not be negative and max-queued must be at least 1")
+	case o.Duration < 0 || o.Drain < 0 || o.StoreLatency < 0 || o.Warmup < 0 || o.MaxQueued < 1 || o.Windows < 1:
+		return errors.New("bench: durations must not be negative, max-queued and windows must be at least 1")
 	case o.Processes && (o.NewStore != nil || strings.HasPrefix(o.StoreURL, "mem:")):
 		return errors.New("bench: separate processes need a store they can all open; use file:// or s3://, not mem://")
 	}
@@ -173,7 +182,7 @@ func Ingest(ctx context.Context, o IngestOptions, out io.Writer) error {
 		for _, n := range o.Producers {
 			for _, payload := range o.Payloads {
 				name := fmt.Sprintf("bench-%s/%s-p%d-b%d", stamp, slug(strategy), n, payload)
-				c := combo{strategy: strategy, producers: n, payload: payload}
+				c := combo{strategy: strategy, producers: n, payload: payload, load1: Load1()}
 				run := func() error { return runOne(ctx, &o, name, c, pr) }
 				if isNATS(strategy) {
 					run = func() error { return runNATS(ctx, &o, c, pr) }
@@ -192,6 +201,21 @@ type combo struct {
 	strategy  string
 	producers int
 	payload   int64
+	load1     float64 // the 1-minute load average when the point started
+}
+
+// Load1 is the 1-minute load average (0 where /proc/loadavg is missing):
+// a point that starts on a busy machine is marked in the report.
+func Load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	if _, err := fmt.Sscanf(string(b), "%f", &l); err != nil {
+		return 0
+	}
+	return l
 }
 
 // target is the fresh store of one run.
@@ -312,7 +336,7 @@ func runOne(ctx context.Context, o *IngestOptions, name string, c combo, pr *pri
 		return err
 	}
 	start := time.Now()
-	rec.begin(start, o.Versions == 0, o.Duration)
+	rec.begin(start, o.Versions == 0, o.Warmup+time.Duration(o.Windows)*o.Duration)
 	close(f.start)
 	row := func(w window) Row { return w.row(c, o) }
 	if o.Versions == 0 {
@@ -340,22 +364,55 @@ func startFleet(ctx context.Context, o *IngestOptions, c combo, url string, s st
 	return f
 }
 
-// shortRun prints one row for the o.Duration after start.
+// shortRun prints one row per window of o.Duration after the warm-up
+// that follows start.
 func shortRun(ctx context.Context, o *IngestOptions, rec *recorder, f *fleet, pr *printer, row func(window) Row, start time.Time, producers int) error {
-	timer := time.NewTimer(o.Duration)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case err := <-f.errs:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	last := func() {
+		f.halt()
+		if o.Processes {
+			rec.waitStops(producers, 10*time.Second)
+		}
 	}
-	f.halt()
-	if o.Processes {
-		rec.waitStops(producers, 10*time.Second)
+	return measureWindows(ctx, o, rec, start, f.errs, last, func(w window) { pr.print(row(w)) })
+}
+
+// measureWindows cuts rec at the end of the warm-up (that window is
+// dropped) and of each of o.Windows windows after it, handing each
+// measured one to emit; before the last cut it calls last (stop the
+// producers). Windows are back to back: a TGB is counted in the window
+// its step became visible in.
+func measureWindows(ctx context.Context, o *IngestOptions, rec *recorder, start time.Time, errs <-chan error, last func(), emit func(window)) error {
+	ends := make([]time.Time, 0, o.Windows+1)
+	if o.Warmup > 0 {
+		ends = append(ends, start.Add(o.Warmup))
 	}
-	pr.print(row(rec.cut(start.Add(o.Duration))))
+	for i := range o.Windows {
+		ends = append(ends, start.Add(o.Warmup+time.Duration(i+1)*o.Duration))
+	}
+	for i, end := range ends {
+		timer := time.NewTimer(time.Until(end))
+		select {
+		case <-timer.C:
+		case err := <-errs:
+			timer.Stop()
+			return err
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+		if i == len(ends)-1 {
+			last()
+		}
+		w := rec.cut(end)
+		if o.Warmup > 0 && i == 0 {
+			continue
+		}
+		w.n = i + 1
+		if o.Warmup > 0 {
+			w.n = i
+		}
+		emit(w)
+	}
 	return nil
 }
 

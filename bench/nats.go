@@ -74,23 +74,24 @@ func runNATS(ctx context.Context, o *IngestOptions, c combo, pr *printer) error 
 		}()
 	}
 	t0 := time.Now()
-	rec.begin(t0, true, o.Duration)
+	rec.begin(t0, true, o.Warmup+time.Duration(o.Windows)*o.Duration)
 	close(start)
-	timer := time.NewTimer(o.Duration)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case err = <-errs:
-	case <-ctx.Done():
-		err = ctx.Err()
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
 	}
-	close(stop)
-	wg.Wait()
-	if err != nil {
-		return err
-	}
-	pr.print(rec.cut(t0.Add(o.Duration)).row(c, o))
-	return nil
+	defer halt()
+	return measureWindows(ctx, o, rec, t0, errs, halt, func(w window) {
+		r := w.row(c, o)
+		// Each producer always has one TGB being published: it publishes
+		// the next as soon as the last is acked.
+		r.InFlight = int64(c.producers)
+		pr.print(r)
+	})
 }
 
 // startNATS starts an embedded JetStream server storing under dir

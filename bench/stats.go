@@ -73,6 +73,13 @@ type Row struct {
 	// producer's first upload of the run to the first of its TGBs being
 	// visible (still waiting: until the window's end).
 	FirstCommitMaxMs float64 `json:"first_commit_max_ms"`
+	// InFlight counts TGBs uploaded but not yet visible at the window's
+	// end (NATS: the TGBs being published): work the window paid for
+	// and did not count, large when windows are short against commit
+	// latency.
+	InFlight int64 `json:"in_flight"`
+	// Load1 is the machine's 1-minute load average when the point started.
+	Load1 float64 `json:"load1"`
 }
 
 // window is what the workers reported between two cuts.
@@ -90,6 +97,7 @@ type window struct {
 	committers map[string]bool
 	requests   requests
 	firstWait  time.Duration
+	inFlight   int64
 }
 
 func (w window) row(c combo, o *IngestOptions) Row {
@@ -121,7 +129,8 @@ func (w window) row(c combo, o *IngestOptions) Row {
 		r.PutsPerTGB, r.GetsPerTGB, r.HeadsPerTGB, r.ListsPerTGB, r.DeletesPerTGB = per(q.Puts), per(q.Gets), per(q.Heads), per(q.Lists), per(q.Deletes)
 	}
 	r.FirstCommitMaxMs = round(ms(w.firstWait), 1)
-	if o.Versions > 0 {
+	r.InFlight, r.Load1 = w.inFlight, c.load1
+	if o.Versions > 0 || o.Windows > 1 {
 		r.Window, r.Version = w.n, w.version
 	}
 	return r
@@ -293,6 +302,7 @@ func (r *recorder) cut(t time.Time) window {
 	w := r.cur
 	w.to = t
 	w.firstWait = r.firstWait(t)
+	w.inFlight = int64(len(r.durable))
 	if r.counts != nil {
 		now := r.counts()
 		w.requests, r.reqBase = now.minus(r.reqBase), now

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,117 @@ func TestReportWritesMarkdownAndPlots(t *testing.T) {
 	}
 	if i, j := strings.Index(string(md), "## Summary"), strings.Index(string(md), "## 1."); i < 0 || i > j {
 		t.Errorf("the summary is not first")
+	}
+}
+
+// fixture is testdata/rows.json: a trimmed quick run with rows of every
+// section.
+func fixture(t *testing.T) *RunFile {
+	t.Helper()
+	f, err := LoadRunFile(filepath.Join("testdata", RowsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestRenderFromRows: the report rendered from recorded rows alone has
+// every section with a table, no empty figure or series, a figure for
+// every summary line, the commands that reproduce the tables, and the
+// load range; writing it makes REPORT.md and every PNG.
+func TestRenderFromRows(t *testing.T) {
+	f := fixture(t)
+	rep := Render(f)
+	if err := rep.Check(allSections); err != nil {
+		t.Fatalf("report from %s:\n%v", RowsFile, err)
+	}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"## Summary", "### Where Lakestream loses", "Projected duration before the run:",
+		"1-minute load average when the points started:", "lakefs-bench ingest --json",
+		"lakefs-bench read --follow", "lakefs-bench scale --cost", "file+50ms",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
+	}
+	var heads []string
+	for _, h := range rep.Summary {
+		heads = append(heads, h.Figure)
+	}
+	for _, want := range []string{"ingest TGB/s, 1MiB TGBs, 1 producers", "consumer latency p99 ms, 1 reader", "read MB/s, 4 reader", "$ per million steps"} {
+		if !strings.Contains(strings.Join(heads, "\n"), want) {
+			t.Errorf("summary lacks %q: %q", want, heads)
+		}
+	}
+	dir := t.TempDir()
+	if err := rep.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Sections {
+		for _, fig := range s.Figures {
+			if _, err := os.Stat(filepath.Join(dir, fig.File)); err != nil {
+				t.Errorf("figure %s not written: %v", fig.File, err)
+			}
+		}
+	}
+}
+
+// TestCheckFailsOnMissingSection: without a section's rows the rendered
+// report fails the check, naming the section.
+func TestCheckFailsOnMissingSection(t *testing.T) {
+	for _, drop := range []string{"latency", "cost", "ingest"} {
+		f := fixture(t)
+		f.Rows = filterRows(f.Rows, func(r Row) bool { return r.Str("section") != drop })
+		f.Options.Sections = slices.DeleteFunc(slices.Clone(allSections), func(s string) bool { return s == drop })
+		err := Render(f).Check(allSections)
+		if err == nil || !strings.Contains(err.Error(), "section "+drop+" is missing") {
+			t.Errorf("without %s rows: check says %v", drop, err)
+		}
+	}
+	// Rows present but a series emptied: the figure's check fails too.
+	rep := &Report{Sections: []*Section{{Title: sectionTitles["read"], Figures: []NamedFigure{{File: "x.png", Figure: Figure{Series: []Series{{Name: "mount"}}}}}}}}
+	rep.Sections[0].printf("| a |\n| --- |\n| 1 |\n")
+	if err := rep.Check([]string{"read"}); err == nil || !strings.Contains(err.Error(), `series "mount" is empty`) {
+		t.Errorf("empty series: check says %v", err)
+	}
+}
+
+// TestRunFromRowsFile: `report --from rows.json` renders without
+// measuring (no binaries, no versitygw) and keeps the rows beside it.
+func TestRunFromRowsFile(t *testing.T) {
+	out := t.TempDir()
+	var log bytes.Buffer
+	if err := Run(t.Context(), Options{From: filepath.Join("testdata", RowsFile), OutDir: out, BinDir: "/nonexistent", Log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "REPORT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "## 1. Ingestion vs producers") {
+		t.Errorf("REPORT.md:\n%.400s", md)
+	}
+	if _, err := LoadRunFile(filepath.Join(out, RowsFile)); err != nil {
+		t.Errorf("rows.json beside the report: %v", err)
+	}
+	if strings.Contains(log.String(), "incomplete") {
+		t.Errorf("the fixture's report is incomplete: %s", log.String())
+	}
+}
+
+// TestProjectionWithinBudget: the full run's projection stays within the
+// 75 minutes make bench may take, and bench-quick's within 10.
+func TestProjectionWithinBudget(t *testing.T) {
+	var full Options
+	full.fill()
+	if d := Projection(&full); d > 75*time.Minute {
+		t.Errorf("full run projected at %s, over 75m", d)
+	}
+	quick := Options{Quick: true, Windows: 1, Window: time.Second, Producers: []int{1, 4}, Payloads: []int64{1 << 20},
+		Repeats: 1, LongRun: 3 * time.Second, LatencySteps: 10, CostWindow: 10 * time.Second}
+	quick.fill()
+	if d := Projection(&quick); d > 10*time.Minute {
+		t.Errorf("bench-quick projected at %s, over 10m", d)
 	}
 }

@@ -11,31 +11,44 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/lakestream/lakestream/bench"
 )
 
 // read runs section 3: `bench read` (when this build has it) and the
 // read peers on the same versitygw.
-func (e *env) read(ctx context.Context, rep *Report) error {
+func (e *env) measureRead(ctx context.Context) ([]Row, error) {
 	rows, notes, err := e.readMountRows(ctx)
 	if err != nil {
-		return err
+		return rows, err
+	}
+	for _, n := range notes {
+		rows = append(rows, Row{"note": n})
 	}
 	bucket, err := e.newBucket(ctx, "peers")
 	if err != nil {
-		return err
+		return rows, err
 	}
 	e.logf("read peers")
+	load := bench.Load1()
 	peers, err := ReadPeers(ctx, ReadPeerOptions{Server: e.s3, Bucket: bucket, Repeats: e.o.Repeats, Log: e.o.Log})
+	for _, p := range peers {
+		p["load1"] = load
+	}
 	rows = append(rows, peers...)
 	if err != nil {
-		notes = append(notes, fmt.Sprintf("read peers: %v", err))
+		rows = append(rows, Row{"note": fmt.Sprintf("read peers: %v", err)})
 	}
+	return rows, nil
+}
+
+// renderRead writes section 3 and its headlines.
+func (e *env) renderRead(rep *Report, rows []Row, notes []string) {
 	g := GroupRows(rows, "system", "readers")
-	e.readSection(rep, g, notes)
+	e.readSection(rep, g, rows, notes)
 	for _, readers := range []float64{1, 4} {
 		readHeadline(rep, g, readers)
 	}
-	return nil
 }
 
 // readMountRows runs bench read (lakefs-mount and direct store reads) up
@@ -43,8 +56,8 @@ func (e *env) read(ctx context.Context, rep *Report) error {
 // break the report's time budget.
 func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
 	o := e.o
-	if !e.has(ctx, "read") {
-		return nil, []string{"`lakefs-produce bench read` does not exist in this build, so the lakefs-mount and direct rows of `bench read` are missing; the report picks them up once it lands."}, nil
+	if !e.has(ctx, "read", "--json") {
+		return nil, []string{"`lakefs-bench read` does not exist in this build, so the lakefs-mount and direct rows of `bench read` are missing; the report picks them up once it lands."}, nil
 	}
 	var rows []Row
 	var notes []string
@@ -55,7 +68,7 @@ func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
 		}
 		e.logf("bench read repeat %d/%d", i+1, o.Repeats)
 		t0 := time.Now()
-		got, err := e.bench(ctx, 3*time.Minute, "bench", "read", "--json", "--store", e.s3.URL(bucket, "read"),
+		got, err := e.bench(ctx, 3*time.Minute, "read", "--json", "--store", e.s3.URL(bucket, "read"),
 			// The peers' data set: 4 ranks x 16 files x 4 MiB.
 			"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
 		for _, g := range got {
@@ -77,10 +90,10 @@ func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
 }
 
 // readSection writes the read path's table, figure and notes.
-func (e *env) readSection(rep *Report, g *Group, notes []string) {
+func (e *env) readSection(rep *Report, g *Group, rows []Row, notes []string) {
 	sec := &Section{Title: "Read path"}
-	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-produce bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
-	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB"}}
+	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
+	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB", "load"}}
 	fig := Figure{Title: "Read throughput, page cache dropped", XLabel: "readers", YLabel: "MB/s (median, min-max)"}
 	series := map[string]*Series{}
 	var order []string
@@ -92,7 +105,7 @@ func (e *env) readSection(rep *Report, g *Group, notes []string) {
 			ratio = fmt.Sprintf("%.3f", f.Med/s.Med)
 		}
 		t.Rows = append(t.Rows, []string{sys, fmt.Sprint(r.Num("readers")), g.Stat(k, "mb_per_s").String(), g.Stat(k, "p50_ms").String(),
-			g.Stat(k, "p95_ms").String(), ratio, orNA(g.Stat(k, "rss_mib")), orNA(g.Stat(k, "cpu_s_per_gb"))})
+			g.Stat(k, "p95_ms").String(), ratio, orNA(g.Stat(k, "rss_mib")), orNA(g.Stat(k, "cpu_s_per_gb")), loadCell(g, k)})
 		if series[sys] == nil {
 			series[sys] = &Series{Name: sys}
 			order = append(order, sys)
@@ -105,11 +118,11 @@ func (e *env) readSection(rep *Report, g *Group, notes []string) {
 	}
 	sec.printf("%s\n", t.Markdown())
 	sec.printf("%s", rep.Stamp(fmt.Sprintf("peers: 4 ranks x 16 files x 4 MiB, 1 MiB reads, %d repeats; bench read: --steps 16 --ranks 4 --size 4MiB --readers 1,4 (the same shape)", e.o.Repeats)))
+	sec.printf("%sThe peers (`direct-s3`, `s3fs`, `rclone`) run inside `lakefs-bench report --sections read` (bench/report/readpeer.go).\n\n", commands(rows))
 	sec.figure("read-mbps.png", fig)
 	for _, n := range notes {
 		sec.printf("Note: %s\n\n", n)
 	}
-	rep.Notes = append(rep.Notes, notes...)
 	rep.Sections = append(rep.Sections, sec)
 }
 
@@ -155,17 +168,39 @@ func orNA(s Stat) string {
 // tree with `run --once`, a checkpoint is recorded at the head and gc run
 // after every round, and the bytes under data/ and _log/ are measured; a
 // second stream gets the same batches and no checkpoints.
-func (e *env) storage(ctx context.Context, rep *Report) error {
+func (e *env) measureStorage(ctx context.Context) ([]Row, error) {
 	streams := []storageStream{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
+	var rows []Row
+	load := bench.Load1()
 	for si := range streams {
 		dir := filepath.Join(e.work, "storage", fmt.Sprint(si))
 		staging := filepath.Join(e.work, "staging", fmt.Sprint(si))
 		if err := e.storageRun(ctx, &streams[si], dir, staging); err != nil {
-			return err
+			return rows, err
+		}
+		for _, p := range streams[si].pts {
+			rows = append(rows, Row{"stream": streams[si].name, "step": p.step, "data_bytes": p.data, "log_bytes": p.log, "load1": load})
 		}
 	}
-	e.storageSection(rep, streams)
-	return nil
+	return rows, nil
+}
+
+// renderStorage writes section 4a from its rows, if both streams have
+// them.
+func (e *env) renderStorage(rep *Report, rows []Row) {
+	streams := []storageStream{{name: "checkpointed", checkpoint: true}, {name: "never checkpointed"}}
+	for i := range streams {
+		for _, r := range rows {
+			if r.Str("stream") == streams[i].name {
+				streams[i].pts = append(streams[i].pts, storagePoint{step: r.Num("step"), data: r.Num("data_bytes"), log: r.Num("log_bytes")})
+			}
+		}
+		if len(streams[i].pts) == 0 {
+			rep.Sections = append(rep.Sections, &Section{Title: "Storage over a checkpointed run"})
+			return
+		}
+	}
+	e.storageSection(rep, streams, rows)
 }
 
 // The storage section's run: storageRounds rounds of storageBatches steps,
@@ -236,7 +271,7 @@ func sealBatches(staging string, first, n, ranks, size int) error {
 }
 
 // storageSection writes the storage section and its headline.
-func (e *env) storageSection(rep *Report, streams []storageStream) {
+func (e *env) storageSection(rep *Report, streams []storageStream, rows []Row) {
 	ranks := e.o.Ranks
 	sec := &Section{Title: "Storage over a checkpointed run"}
 	sec.printf("A producer commits %d steps per round through the staging tree (`run --once`), each of %d ranks x one %s file; after every round the checkpointed stream records a checkpoint at the head and runs `gc --grace 0s`, the other stream never does. Bytes are the sizes of the files under data/ and _log/ of the file:// store (one run: the figures are deterministic up to file-system rounding).\n\n",
@@ -251,7 +286,7 @@ func (e *env) storageSection(rep *Report, streams []storageStream) {
 		}
 		f.Series = append(f.Series, d, l)
 	}
-	for i := range streams[0].pts {
+	for i := range min(len(streams[0].pts), len(streams[1].pts)) {
 		if i%4 != 3 && i != 0 {
 			continue
 		}
@@ -259,9 +294,12 @@ func (e *env) storageSection(rep *Report, streams []storageStream) {
 		t.Rows = append(t.Rows, []string{fmt.Sprint(a.step), Bytes(a.data), Bytes(a.log), Bytes(b.data), Bytes(b.log)})
 	}
 	sec.printf("%s\n%s", t.Markdown(), rep.Stamp(fmt.Sprintf("file:// store, %d ranks, %d rounds of %d steps, %s per rank file", ranks, storageRounds, storageBatches, Bytes(storageFileSize))))
+	if l := Summarize(loads(rows)); l.N > 0 {
+		sec.printf("Load average at the start: %s.\n\n", cell(l.Max, "load1"))
+	}
+	sec.printf("Reproduce: `lakefs-bench report --sections storage` (a sequence of `lakefs-produce init`, `run --once`, `checkpoint` and `gc --grace 0s`, bench/report/sections2.go).\n\n")
 	sec.figure("storage.png", f)
-	last := len(streams[0].pts) - 1
-	a, b := streams[0].pts[last], streams[1].pts[last]
+	a, b := streams[0].pts[len(streams[0].pts)-1], streams[1].pts[len(streams[1].pts)-1]
 	rep.Summary = append(rep.Summary, Headline{
 		Figure:     fmt.Sprintf("store bytes (data/ + _log/) after %v steps, checkpointed", a.step+1),
 		Lakestream: Summarize([]float64{(a.data + a.log) / (1 << 20)}), Limit: Summarize([]float64{(b.data + b.log) / (1 << 20)}),
@@ -272,7 +310,7 @@ func (e *env) storageSection(rep *Report, streams []storageStream) {
 
 // cli runs a lakefs-produce command that prints no rows.
 func (e *env) cli(ctx context.Context, args ...string) error {
-	_, err := e.bench(ctx, 2*time.Minute, args...)
+	_, err := e.exec(ctx, 2*time.Minute, e.produce, args...)
 	return err
 }
 
@@ -306,71 +344,43 @@ func duBytes(dir string) float64 {
 	return float64(n)
 }
 
-// scale runs section 4b: `bench scale` with small parameters, when this
-// build has it.
-func (e *env) scale(ctx context.Context, rep *Report) error {
-	sec := &Section{Title: "Scale"}
-	rep.Sections = append(rep.Sections, sec)
-	if !e.has(ctx, "scale") {
-		msg := "`lakefs-produce bench scale` does not exist in this build; the scale figures are missing."
-		sec.printf("%s\n\n", msg)
-		rep.Notes = append(rep.Notes, msg)
-		return nil
+// scaleParams are the scale section's parameters: small, to fit the
+// report's budget (smaller still in a quick run).
+func scaleParams(o *Options) []string {
+	if o.Quick {
+		return []string{"--ranks", "16", "--files", "2", "--steps", "10", "--versions", "50", "--mounts", "1", "--window", "2s"}
+	}
+	return []string{"--ranks", "16,256", "--files", "4", "--steps", "20", "--versions", "200", "--mounts", "1,4", "--window", "3s"}
+}
+
+// measureScale runs section 4b: `bench scale` with small parameters,
+// when this build has it.
+func (e *env) measureScale(ctx context.Context) ([]Row, error) {
+	if !e.has(ctx, "scale", "--json") {
+		return []Row{{"note": "`lakefs-bench scale` does not exist in this build; the scale figures are missing."}}, nil
 	}
 	bucket, err := e.newBucket(ctx, "scale")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	params := []string{"--ranks", "16,256", "--files", "4", "--steps", "20", "--versions", "200", "--mounts", "1,4", "--window", "3s"}
-	rows, err := e.bench(ctx, 3*time.Minute, append([]string{"bench", "scale", "--json", "--store", e.s3.URL(bucket, "scale"),
-		"--mount-bin", filepath.Join(filepath.Dir(e.produce), "lakefs-mount")}, params...)...)
-	sec.printf("`lakefs-produce bench scale` (one run, its rows as printed; it counts store requests through a proxy in front of versitygw). Parameters: `%s`.\n\n", strings.Join(params, " "))
+	rows, err := e.bench(ctx, 3*time.Minute, append([]string{"scale", "--json", "--store", e.s3.URL(bucket, "scale"),
+		"--mount-bin", filepath.Join(filepath.Dir(e.produce), "lakefs-mount")}, scaleParams(e.o)...)...)
 	if err != nil {
-		sec.printf("Note: bench scale failed or was cut: %v\n\n", err)
-		rep.Notes = append(rep.Notes, fmt.Sprintf("bench scale: %v", err))
-		if len(rows) == 0 {
-			return nil
-		}
+		rows = append(rows, Row{"note": fmt.Sprintf("bench scale failed or was cut: %v", err)})
 	}
-	// One table per kind of row, with the columns that kind fills.
-	kinds := map[string][]Row{}
-	var order []string
-	for _, r := range rows {
-		k := r.Str("kind")
-		if kinds[k] == nil {
-			order = append(order, k)
-		}
-		kinds[k] = append(kinds[k], r)
+	return rows, nil
+}
+
+// renderScale writes section 4b: one table per kind of row.
+func (e *env) renderScale(rep *Report, rows []Row, notes []string) {
+	sec := &Section{Title: "Scale"}
+	rep.Sections = append(rep.Sections, sec)
+	sec.printf("`lakefs-bench scale` (one run, its rows as printed; it counts store requests through a proxy in front of versitygw). Parameters: `%s`.\n\n", strings.Join(scaleParams(e.o), " "))
+	for _, n := range notes {
+		sec.printf("Note: %s\n\n", n)
 	}
-	for _, k := range order {
-		var cols []string
-		seen := map[string]bool{"kind": true}
-		for _, r := range kinds[k] {
-			for _, c := range sortedKeys(r) {
-				if !seen[c] {
-					seen[c] = true
-					cols = append(cols, c)
-				}
-			}
-		}
-		t := Table{Header: cols}
-		for _, r := range kinds[k] {
-			var cells []string
-			for _, c := range cols {
-				switch v := r[c].(type) {
-				case float64:
-					cells = append(cells, num(v))
-				case nil:
-					cells = append(cells, "")
-				default:
-					cells = append(cells, fmt.Sprint(v))
-				}
-			}
-			t.Rows = append(t.Rows, cells)
-		}
-		sec.printf("### %s\n\n%s\n", k, t.Markdown())
-	}
-	sec.printf("%s", rep.Stamp(strings.Join(params, " ")))
+	kindTables(sec, rows)
+	sec.printf("%s%s", rep.Stamp(strings.Join(scaleParams(e.o), " ")), commands(rows))
 	figs := []struct{ file, title, x, y, metric string }{
 		{"scale-record-bytes.png", "Log bytes per step vs ranks", "ranks", "bytes", "record_bytes"},
 		{"scale-mount-rss.png", "lakefs-mount peak RSS vs ranks", "ranks", "MiB", "mount_rss_mib"},
@@ -386,7 +396,58 @@ func (e *env) scale(ctx context.Context, rep *Report) error {
 			sec.figure(fd.file, Figure{Title: fd.title, XLabel: fd.x, YLabel: fd.y, Series: []Series{s}})
 		}
 	}
-	return nil
+}
+
+// kindTables adds one table per "kind" of rows, with the columns that
+// kind fills (the harness's own fields left out).
+func kindTables(sec *Section, rows []Row) {
+	kinds := map[string][]Row{}
+	var order []string
+	for _, r := range rows {
+		k := r.Str("kind")
+		if kinds[k] == nil {
+			order = append(order, k)
+		}
+		kinds[k] = append(kinds[k], r)
+	}
+	for _, k := range order {
+		var cols []string
+		seen := map[string]bool{"kind": true, "section": true, "command": true}
+		for _, r := range kinds[k] {
+			for _, c := range sortedKeys(r) {
+				if !seen[c] {
+					seen[c] = true
+					cols = append(cols, c)
+				}
+			}
+		}
+		t := Table{Header: cols}
+		for _, r := range kinds[k] {
+			var cells []string
+			for _, c := range cols {
+				cells = append(cells, cell(r[c], c))
+			}
+			t.Rows = append(t.Rows, cells)
+		}
+		sec.printf("### %s\n\n%s\n", k, t.Markdown())
+	}
+}
+
+// cell prints one value of a generic table.
+func cell(v any, col string) string {
+	switch v := v.(type) {
+	case float64:
+		if col == "load1" && v > busyLoad {
+			return fmt.Sprintf("**%s busy**", num(v))
+		}
+		return num(v)
+	case nil:
+		return ""
+	case map[string]any:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	return fmt.Sprint(v)
 }
 
 func sortedKeys(r Row) []string {

@@ -16,7 +16,8 @@ import (
 type benchIngestOptions struct {
 	Store, Producers, Payloads, Strategies string
 	Ranks                                  int
-	Duration, StoreLatency                 time.Duration
+	Duration, StoreLatency, Warmup         time.Duration
+	Windows                                int
 	JSON, Processes, Keep                  bool
 	Versions                               uint64
 }
@@ -37,7 +38,10 @@ from "data durable" to "step visible" and (E2E) from "upload started" to
 commits: the store's limit; plain-put writes them without our store layer
 (one SDK PutObject per part on s3://, a write and fsync per file on
 file://). --store-latency adds a delay to every store call, so a local
-store behaves like a remote one. --versions N runs until the log has N
+store behaves like a remote one. --warmup runs each point unmeasured
+first; --windows K measures K back-to-back windows per point, a row each,
+with in_flight (TGBs uploaded but not yet visible at the window's end) and
+load1 (the 1-minute load average when the point started). --versions N runs until the log has N
 versions and prints a row per --duration window.`,
 		Flags: []cli.Flag{
 			storeFlag(),
@@ -46,6 +50,8 @@ versions and prints a row per --duration window.`,
 			&cli.IntFlag{Name: "ranks", Value: 2, Destination: &o.Ranks, Usage: "ranks of each benchmark stream"},
 			&cli.DurationFlag{Name: "duration", Value: 5 * time.Second, Destination: &o.Duration, Usage: "measured time per row (per window with --versions)"},
 			&cli.StringFlag{Name: "strategy", Value: "dac,naive,raw-put,plain-put", Destination: &o.Strategies, Usage: "strategies: dac (the combining commit, what run does), naive (one TGB per version, own TGBs only), raw-put, plain-put, and the broker peers nats, nats-fsync"},
+			&cli.DurationFlag{Name: "warmup", Destination: &o.Warmup, Usage: "unmeasured time before each point's first window"},
+			&cli.IntFlag{Name: "windows", Value: 1, Destination: &o.Windows, Usage: "back-to-back measured windows per point, a row each"},
 			&cli.DurationFlag{Name: "store-latency", Destination: &o.StoreLatency, Usage: "added to every store call"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "processes", Destination: &o.Processes, Usage: "run each producer as its own OS process"},
@@ -68,7 +74,7 @@ func benchIngest(ctx context.Context, o benchIngestOptions, stdout io.Writer) er
 	}
 	io := bench.IngestOptions{
 		StoreURL: o.Store, Ranks: o.Ranks, Duration: o.Duration, StoreLatency: o.StoreLatency,
-		JSON: o.JSON, Processes: o.Processes, Versions: o.Versions, Keep: o.Keep,
+		Warmup: o.Warmup, Windows: o.Windows, JSON: o.JSON, Processes: o.Processes, Versions: o.Versions, Keep: o.Keep,
 		Strategies: splitList(o.Strategies),
 	}
 	var err error

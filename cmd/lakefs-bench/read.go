@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,7 +19,9 @@ type benchReadOptions struct {
 	Store, Size, Readers, MountBin, Systems string
 	Steps, Ranks, Runs, FilesPerRank        int
 	MountArgs                               cli.StringSlice
-	JSON, Keep                              bool
+	JSON, Keep, Follow                      bool
+	Interval                                time.Duration
+	FollowSystems                           string
 }
 
 func benchReadCommand() *cli.Command {
@@ -48,7 +51,17 @@ ratios to direct and plain-get (JSON: vs_direct, vs_plain_get). With
 median MB/s is printed. Needs lakefs-mount next to this executable or on
 PATH, root and /dev/fuse.
 
+With --follow it measures consumer latency instead: a producer commits a
+step of --ranks x one --size file every --interval (below the store's
+limit) for --steps steps while N readers, one per rank, wait for each next
+step and read their rank's file: through lakefs-mount --wait (mount), or
+as a NATS JetStream pull consumer per rank fetching the same parts as they
+are acked (nats). One row per (system, readers): p50, p99 and max ms from
+the step becoming visible (commit returned, or every part acked) to the
+reader having read all of its rank's bytes.
+
 Examples:
+  lakefs-bench read --follow --store 's3://bkt/f?endpoint=http://127.0.0.1:7070' --steps 60 --size 1MiB --readers 1,4
   lakefs-bench read --store 's3://bkt/bench?endpoint=http://127.0.0.1:7070' --readers 1,4 --runs 3
   lakefs-bench read --store file:///tmp/b --files-per-rank 256 --size 100KiB --steps 10`,
 		Flags: []cli.Flag{
@@ -64,6 +77,9 @@ Examples:
 			&cli.StringSliceFlag{Name: "mount-arg", Destination: &o.MountArgs, Usage: "extra lakefs-mount flag (repeatable), e.g. --mount-arg=--ranks=0"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the stream in the store"},
+			&cli.BoolFlag{Name: "follow", Destination: &o.Follow, Usage: "measure consumer latency at the head instead (see above)"},
+			&cli.DurationFlag{Name: "interval", Value: 250 * time.Millisecond, Destination: &o.Interval, Usage: "with --follow: time between commits"},
+			&cli.StringFlag{Name: "follow-systems", Value: "mount,nats", Destination: &o.FollowSystems, Usage: "with --follow: mount, nats"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := cliapp.NoArgs(c); err != nil {
@@ -101,6 +117,12 @@ func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error 
 			return flagval.Usagef("--systems: unknown system %q; use %s", sys, strings.Join(bench.ReadSystems(), ","))
 		}
 		ro.Systems = append(ro.Systems, sys)
+	}
+	if o.Follow {
+		if o.Interval <= 0 {
+			return flagval.Usagef("--interval must be positive")
+		}
+		return bench.Follow(ctx, ro, o.Interval, splitList(o.FollowSystems), stdout)
 	}
 	return bench.Read(ctx, ro, stdout)
 }
