@@ -88,7 +88,8 @@ type loading struct {
 }
 
 // recentIndexes bounds the tables kept: twice the read-ahead window. A
-// table holds about 60 B per rank (some 60 KiB for 1,024 ranks).
+// table holds about 60 B per rank (some 60 KiB for 1,024 ranks); one read
+// in parts (txn.ReadIndexSpan past 1,024 ranks) only its parts' ranks.
 const recentIndexes = 2 * metaAhead
 
 func newPackLoader(l *txn.Log, step func(int64) (*txn.TGB, bool), span rankSpan) *packLoader {

@@ -73,6 +73,10 @@ type announcement struct {
 	Data     int64  `json:"data"`
 	Table    int64  `json:"table"`
 	TableCRC hexCRC `json:"table_crc"`
+	// TableParts: the CRCs of the table's parts when it has more than
+	// partEntries entries (their number is a function of the rank count,
+	// so the description's length is still known up front).
+	TableParts []hexCRC `json:"table_parts,omitempty"`
 }
 
 // encodeFooter returns the description and trailer of a.
@@ -147,7 +151,7 @@ func (l *Log) decodeFooter(ctx context.Context, key string, tail []byte, size in
 		return nil, "", fmt.Errorf("self-description: %v", err)
 	}
 	t := &TGB{Producer: a.Producer, Epoch: a.Epoch, Seq: a.Seq, Batch: a.Batch, Cursor: a.Cursor, Object: &Object{
-		Key: key, Size: size, Data: a.Data, Table: a.Table, TableCRC: uint32(a.TableCRC), Footer: footer,
+		Key: key, Size: size, Data: a.Data, Table: a.Table, TableCRC: uint32(a.TableCRC), TableParts: fromHex(a.TableParts), Footer: footer,
 	}}
 	// The table sits right before the footer: when the tail read holds it
 	// (up to about 120 ranks), check it against the description for free.

@@ -34,7 +34,8 @@ const SpanGuessUnknown = -1.0
 
 // ReadIndexSpan fetches and checks t's table and the sections of ranks
 // lo..hi (0 <= lo <= hi < Ranks), usually in one GET: Index.Pack of those
-// ranks then fetches nothing. It returns the guess for the next step's
+// ranks then fetches nothing. A table checked in parts (more than
+// partsFrom entries) is read in parts instead: readIndexParts. It returns the guess for the next step's
 // call. Ranks whose sections would exceed maxIndexSpan by themselves get
 // the table alone, as ReadIndex does for a large index: Pack then fetches
 // each section asked for (a node showing every rank reads few of them).
@@ -46,6 +47,10 @@ func (l *Log) ReadIndexSpan(ctx context.Context, t *TGB, lo, hi int, guess float
 	ranks := l.Config.Ranks
 	if lo < 0 || hi < lo || hi >= ranks {
 		return nil, guess, fmt.Errorf("index span of ranks %d-%d in a stream of %d ranks", lo, hi, ranks)
+	}
+	if len(o.TableParts) > 0 {
+		ix, err := l.readIndexParts(ctx, t, lo, hi)
+		return ix, guess, err
 	}
 	from, wide := spanStart(o, lo, hi, ranks, guess)
 	end := o.tableEnd()

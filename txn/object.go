@@ -128,14 +128,9 @@ func decodeTable(b []byte) (table, error) {
 	if int64(len(b)) != tableSize(int(n)) {
 		return t, fmt.Errorf("%d bytes for %d entries", len(b), n)
 	}
-	es := make([]entry, n)
-	for i := range es {
-		p := b[tableHeader+i*entrySize:]
-		off, size, sec := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]), binary.LittleEndian.Uint64(p[16:])
-		if off > math.MaxInt64 || size > math.MaxInt64 || sec > math.MaxInt64 {
-			return t, fmt.Errorf("entry %d out of range", i)
-		}
-		es[i] = entry{Off: int64(off), Size: int64(size), Sec: int64(sec), Len: int64(binary.LittleEndian.Uint32(p[24:])), CRC: binary.LittleEndian.Uint32(p[28:])}
+	es, err := decodeEntries(b[tableHeader:], 0)
+	if err != nil {
+		return t, err
 	}
 	t.Ranks = es
 	if flags&flagShared != 0 {
@@ -145,6 +140,21 @@ func decodeTable(b []byte) (table, error) {
 		t.Ranks, t.Shared = es[:n-1], &es[n-1]
 	}
 	return t, nil
+}
+
+// decodeEntries parses consecutive table entries, the first of which is
+// entry first of its table; values that do not fit an int64 are refused.
+func decodeEntries(b []byte, first int) ([]entry, error) {
+	es := make([]entry, len(b)/entrySize)
+	for i := range es {
+		p := b[i*entrySize:]
+		off, size, sec := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]), binary.LittleEndian.Uint64(p[16:])
+		if off > math.MaxInt64 || size > math.MaxInt64 || sec > math.MaxInt64 {
+			return nil, fmt.Errorf("entry %d out of range", first+i)
+		}
+		es[i] = entry{Off: int64(off), Size: int64(size), Sec: int64(sec), Len: int64(binary.LittleEndian.Uint32(p[24:])), CRC: binary.LittleEndian.Uint32(p[28:])}
+	}
+	return es, nil
 }
 
 func sectionOf(p *Pack) *section {
@@ -189,6 +199,9 @@ func (t *TGB) validateObject(cfg *StreamConfig) error {
 	}
 	if n := o.tableEnd() - o.Table; o.Data < 0 || o.Table < o.Data || (n != tableSize(cfg.Ranks) && n != tableSize(cfg.Ranks+1)) {
 		return fmt.Errorf("step %d: object %s: data %d, table %d, size %d out of order or out of bounds", t.Step, o.Key, o.Data, o.Table, o.Size)
+	}
+	if k := len(o.TableParts); k != 0 && k != tableParts(o.entries()) {
+		return fmt.Errorf("step %d: object %s: %d table parts for %d entries, want %d", t.Step, o.Key, k, o.entries(), tableParts(o.entries()))
 	}
 	return nil
 }
@@ -264,8 +277,9 @@ func newObjectWriter(key string, ranks [][]FileSource, shared []FileSource, chun
 	w.size = off + tableSize(len(w.entries))
 	if desc != nil {
 		desc.Data, desc.Table = w.data, w.table
+		desc.TableParts = make([]hexCRC, tableParts(len(w.entries)))
 		w.footer = w.size
-		w.size += int64(len(desc.encodeFooter())) // TableCRC is fixed-width
+		w.size += int64(len(desc.encodeFooter())) // CRCs are fixed-width
 	}
 	return w, nil
 }
@@ -317,6 +331,7 @@ func (w *objectWriter) buildIndex() error {
 	buf.Write(tb)
 	if w.desc != nil {
 		w.desc.TableCRC = hexCRC(CRC32C(tb))
+		w.desc.TableParts = toHex(partCRCs(tb))
 		buf.Write(w.desc.encodeFooter())
 	}
 	if int64(buf.Len()) != w.size-w.data {
@@ -353,7 +368,7 @@ func (w *objectWriter) finish() (*Object, []*Pack, *Pack, error) {
 		pk.Off = w.entries[i].Off
 	}
 	tb := w.encodeTable()
-	obj := &Object{Key: w.key, Size: w.size, Data: w.data, Table: w.table, TableCRC: CRC32C(tb), Footer: w.footer}
+	obj := &Object{Key: w.key, Size: w.size, Data: w.data, Table: w.table, TableCRC: CRC32C(tb), TableParts: partCRCs(tb), Footer: w.footer}
 	ranks, shared := w.packs, (*Pack)(nil)
 	if w.shared {
 		ranks, shared = w.packs[:len(w.packs)-1], w.packs[len(w.packs)-1]
@@ -385,6 +400,13 @@ type Index struct {
 	obj   *Object
 	cfg   *StreamConfig
 	table table
+	// partial: table holds only the ranks from first on that some table
+	// parts hold, and the shared files' entry when read with them
+	// (readTableParts); a whole table's first is 0. hasShared: the TGB
+	// has shared files (a partial table may not hold their entry).
+	partial   bool
+	first     int
+	hasShared bool
 	// raw holds the object's bytes from raw0 on, when fetched together
 	// with the table (small indexes).
 	raw  []byte
@@ -421,6 +443,16 @@ func (l *Log) decodeIndex(t *TGB, raw []byte, from int64) (*Index, error) {
 	if got := CRC32C(tb); got != o.TableCRC {
 		return nil, fmt.Errorf("%w: object %s: table CRC32C %08x, the log says %08x", ErrCorrupt, o.Key, got, o.TableCRC)
 	}
+	if len(o.TableParts) > 0 {
+		// The parts must agree with the whole, or a node reading parts
+		// would see another table than verify does.
+		n := o.entries()
+		for k, want := range o.TableParts {
+			if err := checkPart(o, k, tb[partStart(k):partEnd(k, n)], want); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var err error
 	if ix.table, err = decodeTable(tb); err != nil {
 		return nil, fmt.Errorf("%w: object %s: table: %v", ErrCorrupt, o.Key, err)
@@ -432,30 +464,61 @@ func (l *Log) decodeIndex(t *TGB, raw []byte, from int64) (*Index, error) {
 }
 
 // validate checks the table against the object: one entry per rank,
-// regions tiling [0, Data) in order, sections tiling [Data, Table).
+// regions tiling [0, Data) in order, sections tiling [Data, Table). Of a
+// partial table it checks what it holds: its ranks' regions and sections
+// follow one another within those bounds, starting at 0 and Data when
+// they are the first ranks, and with the shared files' entry end at Data
+// and Table.
 func (ix *Index) validate(step int64) error {
-	if len(ix.table.Ranks) != ix.cfg.Ranks {
-		return fmt.Errorf("step %d: %d ranks, stream has %d", step, len(ix.table.Ranks), ix.cfg.Ranks)
+	ranks, o := ix.table.Ranks, ix.obj
+	if !ix.partial && len(ranks) != ix.cfg.Ranks {
+		return fmt.Errorf("step %d: %d ranks, stream has %d", step, len(ranks), ix.cfg.Ranks)
 	}
-	es := ix.table.Ranks
-	if ix.table.Shared != nil {
-		es = append(es[:len(es):len(es)], *ix.table.Shared)
+	off, sec := int64(0), o.Data
+	if ix.first > 0 && len(ranks) > 0 {
+		off, sec = ranks[0].Off, max(ranks[0].Sec, o.Data)
 	}
-	off, sec := int64(0), ix.obj.Data
+	off, sec, err := ix.tile(ranks, ix.first, off, sec)
+	if err != nil {
+		return err
+	}
+	toEnd := ix.first+len(ranks) == ix.cfg.Ranks
+	if sh := ix.table.Shared; sh != nil {
+		if !toEnd {
+			off, sec = sh.Off, max(sh.Sec, o.Data)
+		}
+		if off, sec, err = ix.tile([]entry{*sh}, -1, off, sec); err != nil {
+			return err
+		}
+		toEnd = true
+	} else if ix.hasShared {
+		toEnd = false // the shared files' entry follows, not read
+	}
+	if toEnd && (off != o.Data || sec != o.Table) {
+		return fmt.Errorf("regions end at %d and sections at %d, want %d and %d", off, sec, o.Data, o.Table)
+	}
+	return nil
+}
+
+// tile checks that es (region first on; -1: the shared files') follow one
+// another from off and sec, within [0, Data) and [Data, Table), and
+// returns where they end.
+func (ix *Index) tile(es []entry, first int, off, sec int64) (int64, int64, error) {
 	for i, e := range es {
+		region := "of the shared files"
+		if first >= 0 {
+			region = strconv.Itoa(first + i)
+		}
 		if e.Off != off || e.Size < 0 || e.Size > ix.obj.Data-off {
-			return fmt.Errorf("region %d at %d size %d does not follow offset %d", i, e.Off, e.Size, off)
+			return 0, 0, fmt.Errorf("region %s at %d size %d does not follow offset %d", region, e.Off, e.Size, off)
 		}
 		if e.Sec != sec || e.Len < 2 || e.Len > maxSection || e.Len > ix.obj.Table-sec {
-			return fmt.Errorf("section %d at %d length %d does not follow offset %d", i, e.Sec, e.Len, sec)
+			return 0, 0, fmt.Errorf("section %s at %d length %d does not follow offset %d", region, e.Sec, e.Len, sec)
 		}
 		off += e.Size
 		sec += e.Len
 	}
-	if off != ix.obj.Data || sec != ix.obj.Table {
-		return fmt.Errorf("regions end at %d and sections at %d, want %d and %d", off, sec, ix.obj.Data, ix.obj.Table)
-	}
-	return nil
+	return off, sec, nil
 }
 
 // Pack returns rank r's region (r >= 0), or the shared files' (r < 0;
@@ -468,10 +531,17 @@ func (ix *Index) Pack(ctx context.Context, s store.Store, r int) (*Pack, error) 
 		return nil, nil
 	case r < 0:
 		e = *ix.table.Shared
-	case r >= len(ix.table.Ranks):
+	case r >= ix.cfg.Ranks:
 		return nil, fmt.Errorf("object %s has no rank %d", ix.obj.Key, r)
+	case r < ix.first || r >= ix.first+len(ix.table.Ranks):
+		// A rank the parts read do not hold: read its part.
+		part, err := readTableParts(ctx, s, ix.obj, ix.cfg, r/partEntries, r/partEntries, false)
+		if err != nil {
+			return nil, err
+		}
+		e = part.table.Ranks[r-part.first]
 	default:
-		e = ix.table.Ranks[r]
+		e = ix.table.Ranks[r-ix.first]
 	}
 	var raw []byte
 	if r < 0 && ix.shared != nil {
@@ -503,7 +573,16 @@ func (ix *Index) Pack(ctx context.Context, s store.Store, r int) (*Pack, error) 
 // section of that region, fetched and checked. Nothing else of the TGB is
 // read, so a node pays for the ranks it reads only.
 func (l *Log) Pack(ctx context.Context, t *TGB, r int) (*Pack, error) {
-	ix, err := l.ReadIndex(ctx, t)
+	read := l.ReadIndex
+	if o := t.Object; o != nil && len(o.TableParts) > 0 && r >= 0 && r < l.Config.Ranks {
+		read = func(ctx context.Context, t *TGB) (*Index, error) {
+			if err := t.validateObject(&l.Config); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			}
+			return l.readIndexParts(ctx, t, r, r)
+		}
+	}
+	ix, err := read(ctx, t)
 	if err != nil {
 		return nil, err
 	}

@@ -207,7 +207,7 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 	if t.Object.Footer > 0 {
 		// What a committer would read of it must say what the log says.
 		got, _, err := l.readAnnouncement(ctx, t.Producer, t.Epoch, t.Seq)
-		if err == nil && (*got.Object != *t.Object || got.Batch != t.Batch || got.Cursor != t.Cursor) {
+		if err == nil && (!got.Object.same(t.Object) || got.Batch != t.Batch || got.Cursor != t.Cursor) {
 			err = fmt.Errorf("its self-description says %+v (batch %q), the log %+v (batch %q)", *got.Object, got.Batch, *t.Object, t.Batch)
 		}
 		if err != nil {
