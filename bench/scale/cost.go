@@ -64,6 +64,8 @@ type CostRow struct {
 	LogLists  float64 `json:"log_lists_per_node_step"`
 	OtherGets float64 `json:"other_gets_per_node_step"` // HEAD _stream.json, ...
 	OtherPuts float64 `json:"other_puts_per_node_step"` // besides heartbeats
+	// KiB downloaded (response bodies: index, data, log).
+	KiB float64 `json:"kib_per_node_step"`
 	// Per node per minute.
 	HeartbeatPuts float64 `json:"heartbeat_puts_per_node_min"`
 	// Log-prefix GETs per second if 1,000 nodes followed like these.
@@ -131,6 +133,7 @@ type costBuild struct {
 	proxy          *countingProxy
 	url            string
 	mounts         []*mountProc
+	sent0          int64 // proxy bytes sent when the window started
 
 	mu   sync.Mutex
 	seen []float64 // GUARDED_BY(mu): ms from commit to a waiting reader's first byte
@@ -219,6 +222,7 @@ func costMeasure(ctx context.Context, o Options, l *txn.Log, builds []*costBuild
 	first := countSteps(committed, &cmu)
 	for _, b := range builds {
 		b.proxy.take()
+		b.sent0 = b.proxy.sent.Load()
 		b.mu.Lock()
 		b.seen = nil
 		b.mu.Unlock()
@@ -368,6 +372,7 @@ func (b *costBuild) row(o Options, ranks, steps int, window time.Duration, prod 
 	r := CostRow{Kind: "cost", Build: b.name, MountBin: b.bin, Ranks: ranks, Nodes: nodes, NodeRank: o.CostRanks,
 		Steps: steps, WindowS: window.Seconds(), DeployNodes: o.CostDeployNodes}
 	r.IndexGets, r.DataGets = perNodeStep(index), perNodeStep(data)
+	r.KiB = perNodeStep(b.proxy.sent.Load()-b.sent0) / 1024
 	r.LogGets, r.LogLists = perNodeStep(counts[reqKind{"log", "get"}]), perNodeStep(counts[reqKind{"log", "list"}])
 	r.HeartbeatPuts = float64(counts[reqKind{"heartbeat", "put"}]) / float64(nodes) / window.Minutes()
 	var otherGets, otherPuts int64
@@ -448,6 +453,7 @@ func printCost(w io.Writer, asJSON bool, rows []CostRow) {
 	}
 	num := func(x float64) string { return fmt.Sprintf("%.2f", x) }
 	line("index GETs/node/step", "", func(r CostRow) string { return num(r.IndexGets) })
+	line("KiB downloaded/node/step", "", func(r CostRow) string { return num(r.KiB) })
 	line("data GETs/node/step", "", func(r CostRow) string { return num(r.DataGets) })
 	line("index+data GETs/node/step", "<= 2.2", func(r CostRow) string { return num(r.IndexGets + r.DataGets) })
 	line("log GETs (polls)/node/step", "<= 1.2", func(r CostRow) string { return num(r.LogGets) })

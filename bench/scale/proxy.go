@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // countingProxy forwards to an S3 endpoint and counts the requests by
@@ -23,10 +24,29 @@ type countingProxy struct {
 	srv  *http.Server
 	addr string
 
+	// sent counts the response bodies passed back: what the clients
+	// behind it downloaded.
+	sent atomic.Int64
+
 	mu      sync.Mutex
 	counts  map[reqKind]int64 // GUARDED_BY(mu)
 	objGets []objGet          // GUARDED_BY(mu)
 }
+
+// countingWriter counts what a response writes.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+// Unwrap lets the reverse proxy's http.ResponseController flush.
+func (w countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // reqKind is one (area, op) pair.
 type reqKind struct{ area, op string }
@@ -49,7 +69,7 @@ func startProxy(target *url.URL) (*countingProxy, error) {
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.record(r)
-		rp.ServeHTTP(w, r)
+		rp.ServeHTTP(countingWriter{w, &p.sent}, r)
 	})}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil

@@ -138,7 +138,8 @@ type Row struct {
 	Mounts          int     `json:"mounts,omitempty"`
 	ReqPerSec       float64 `json:"requests_per_s_per_mount,omitempty"`
 	GetPerSec       float64 `json:"gets_per_s_per_mount,omitempty"`
-	SeenP50Ms       float64 `json:"seen_p50_ms,omitempty"` // commit -> a waiting reader has it
+	KiBPerSec       float64 `json:"kib_per_s_per_mount,omitempty"` // response bytes
+	SeenP50Ms       float64 `json:"seen_p50_ms,omitempty"`         // commit -> a waiting reader has it
 	SeenMaxMs       float64 `json:"seen_max_ms,omitempty"`
 	RequestsCounted bool    `json:"requests_counted"`
 }
@@ -427,9 +428,10 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 	// Settle: start-up reads (snapshot, versions, first heartbeat) are not
 	// the steady state.
 	time.Sleep(2 * time.Second)
-	var reqs0, gets0 int64
+	var reqs0, gets0, sent0 int64
 	if proxy != nil {
 		reqs0, gets0 = proxy.totals()
+		sent0 = proxy.sent.Load()
 	}
 	seen, err := runWindow(ctx, o, l, mounts, head, mode)
 	if err != nil {
@@ -440,6 +442,7 @@ func measureMounts(ctx context.Context, o Options, storeURL string, l *txn.Log, 
 		reqs, gets := proxy.totals()
 		row.ReqPerSec = float64(reqs-reqs0) / secs
 		row.GetPerSec = float64(gets-gets0) / secs
+		row.KiBPerSec = float64(proxy.sent.Load()-sent0) / 1024 / secs
 	}
 	if len(seen) > 0 {
 		slices.Sort(seen)
@@ -590,12 +593,12 @@ func (p *printer) row(r Row) {
 		g := r.GC
 		fmt.Fprintf(p.tw, "%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Ranks, r.Versions, g.Ms, g.LogDeleted, g.Lists, g.LogWalks, g.Deletes, g.Requests, g.PeakRSSMiB)
 	default:
-		p.header("mounts", "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tseen p50 ms\tseen max ms\t")
-		req, get := "n/a (file://)", "n/a"
+		p.header("mounts", "\nranks\tmode\tmounts\trequests/s/mount\tGETs/s/mount\tKiB/s/mount\tseen p50 ms\tseen max ms\t")
+		req, get, kib := "n/a (file://)", "n/a", "n/a"
 		if r.RequestsCounted {
-			req, get = fmt.Sprintf("%.3f", r.ReqPerSec), fmt.Sprintf("%.3f", r.GetPerSec)
+			req, get, kib = fmt.Sprintf("%.3f", r.ReqPerSec), fmt.Sprintf("%.3f", r.GetPerSec), fmt.Sprintf("%.1f", r.KiBPerSec)
 		}
-		fmt.Fprintf(p.tw, "%d\t%s\t%d\t%s\t%s\t%.0f\t%.0f\t\n", r.Ranks, r.Kind, r.Mounts, req, get, r.SeenP50Ms, r.SeenMaxMs)
+		fmt.Fprintf(p.tw, "%d\t%s\t%d\t%s\t%s\t%s\t%.0f\t%.0f\t\n", r.Ranks, r.Kind, r.Mounts, req, get, kib, r.SeenP50Ms, r.SeenMaxMs)
 	}
 }
 
