@@ -18,7 +18,8 @@ import (
 // the log (and the object's self-description) holds each part's CRC32C
 // beside the whole table's: Object.TableParts. A node reads the part
 // holding its ranks' entries and the part holding the shared files' entry,
-// side by side (readTableParts): at most 64 KiB whatever the rank count.
+// side by side (readTableParts): for up to 1,024 adjacent ranks at most
+// three parts (96 KiB) whatever the rank count.
 // Whoever reads the whole table checks the parts against it too
 // (decodeIndex). A node checks what it reads: its parts, part 0's header
 // when it reads part 0, and that the entries it holds follow one another;
