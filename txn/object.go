@@ -504,16 +504,18 @@ func (ix *Index) validate(step int64) error {
 // another from off and sec, within [0, Data) and [Data, Table), and
 // returns where they end.
 func (ix *Index) tile(es []entry, first int, off, sec int64) (int64, int64, error) {
-	for i, e := range es {
-		region := "of the shared files"
-		if first >= 0 {
-			region = strconv.Itoa(first + i)
+	region := func(i int) string { // named only for an error: this loop runs per rank
+		if first < 0 {
+			return "of the shared files"
 		}
+		return strconv.Itoa(first + i)
+	}
+	for i, e := range es {
 		if e.Off != off || e.Size < 0 || e.Size > ix.obj.Data-off {
-			return 0, 0, fmt.Errorf("region %s at %d size %d does not follow offset %d", region, e.Off, e.Size, off)
+			return 0, 0, fmt.Errorf("region %s at %d size %d does not follow offset %d", region(i), e.Off, e.Size, off)
 		}
 		if e.Sec != sec || e.Len < 2 || e.Len > maxSection || e.Len > ix.obj.Table-sec {
-			return 0, 0, fmt.Errorf("section %s at %d length %d does not follow offset %d", region, e.Sec, e.Len, sec)
+			return 0, 0, fmt.Errorf("section %s at %d length %d does not follow offset %d", region(i), e.Sec, e.Len, sec)
 		}
 		off += e.Size
 		sec += e.Len

@@ -31,7 +31,7 @@ func (c *rangeCounter) GetRange(ctx context.Context, key string, off, n int64) (
 	return b, err
 }
 
-func objTestLog(t *testing.T, ranks int, chunk int64) (*Log, *rangeCounter) {
+func objTestLog(t testing.TB, ranks int, chunk int64) (*Log, *rangeCounter) {
 	t.Helper()
 	s := &rangeCounter{Store: store.NewMem()}
 	l, err := Create(t.Context(), s, CreateOptions{Ranks: ranks, ChunkSize: chunk})
@@ -51,7 +51,7 @@ func objFile(r, f, size int) FileSource {
 
 // commitOne appends b through a real producer and returns its TGB and the
 // version record's bytes.
-func commitOne(t *testing.T, l *Log, b Batch) (*TGB, []byte) {
+func commitOne(t testing.TB, l *Log, b Batch) (*TGB, []byte) {
 	t.Helper()
 	ctx := t.Context()
 	p, err := OpenProducer(ctx, l, ProducerOptions{ID: "p", Logger: discardLogger()})

@@ -234,3 +234,39 @@ func TestTablePartsDamage(t *testing.T) {
 	}
 	put(pristine)
 }
+
+// BenchmarkIndexSpan10k: a node of ranks 0-7 reading one step's index in
+// a 10,000-rank stream (mem://), through the parts and, side by side, the
+// same object under a record without parts (the whole-table span read
+// every node made before them). Prints index bytes read per step.
+func BenchmarkIndexSpan10k(b *testing.B) {
+	const ranks = 10000
+	l, c := objTestLog(b, ranks, 64<<10)
+	batch := spanBatch(ranks, 2, -1, 0)
+	batch.Shared = []FileSource{objFile(99, 1, 100)}
+	tgb, _ := commitOne(b, l, batch)
+	whole := *tgb
+	obj := *tgb.Object
+	obj.TableParts = nil
+	whole.Object = &obj
+	for _, v := range []struct {
+		name string
+		tgb  *TGB
+	}{{"whole", &whole}, {"parts", tgb}} {
+		b.Run(v.name, func(b *testing.B) {
+			read0 := c.bytes.Load()
+			for b.Loop() {
+				ix, _, err := l.ReadIndexSpan(b.Context(), v.tgb, 0, 7, SpanGuessUnknown)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for r := -1; r < 8; r++ {
+					if _, err := ix.Pack(b.Context(), l.Store, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(c.bytes.Load()-read0)/float64(b.N), "index-B/step")
+		})
+	}
+}
