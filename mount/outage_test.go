@@ -104,7 +104,9 @@ func TestPackLoaderRidesOutRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"corrupt bytes", 30, 3, txn.ErrCorrupt, func() { rs.corrupt.Store(true) }},
+		// Step 38: past the read-ahead of rank 1 from step 20 (21..36),
+		// which would have its small index, sections and all, in memory.
+		{"corrupt bytes", 38, 3, txn.ErrCorrupt, func() { rs.corrupt.Store(true) }},
 	} {
 		c.fault()
 		start := time.Now()
