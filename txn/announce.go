@@ -151,7 +151,7 @@ func (l *Log) decodeFooter(ctx context.Context, key string, tail []byte, size in
 		return nil, "", fmt.Errorf("self-description: %v", err)
 	}
 	t := &TGB{Producer: a.Producer, Epoch: a.Epoch, Seq: a.Seq, Batch: a.Batch, Cursor: a.Cursor, Object: &Object{
-		Key: key, Size: size, Data: a.Data, Table: a.Table, TableCRC: uint32(a.TableCRC), TableParts: fromHex(a.TableParts), Footer: footer,
+		Key: key, Size: size, Data: a.Data, Table: a.Table, TableCRC: uint32(a.TableCRC), TableParts: convertCRCs[uint32](a.TableParts), Footer: footer,
 	}}
 	// The table sits right before the footer: when the tail read holds it
 	// (up to about 120 ranks), check it against the description for free.

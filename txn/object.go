@@ -331,7 +331,7 @@ func (w *objectWriter) buildIndex() error {
 	buf.Write(tb)
 	if w.desc != nil {
 		w.desc.TableCRC = hexCRC(CRC32C(tb))
-		w.desc.TableParts = toHex(partCRCs(tb))
+		w.desc.TableParts = convertCRCs[hexCRC](partCRCs(tb))
 		buf.Write(w.desc.encodeFooter())
 	}
 	if int64(buf.Len()) != w.size-w.data {

@@ -221,24 +221,15 @@ func (l *Log) readIndexParts(ctx context.Context, t *TGB, lo, hi int) (*Index, e
 	return ix, nil
 }
 
-func toHex(crcs []uint32) []hexCRC {
-	if len(crcs) == 0 {
+// convertCRCs converts between the log's CRCs and the self-description's
+// fixed-width hex ones; nil stays nil (no parts: the field is omitted).
+func convertCRCs[To, From ~uint32](from []From) []To {
+	if len(from) == 0 {
 		return nil
 	}
-	h := make([]hexCRC, len(crcs))
-	for i, c := range crcs {
-		h[i] = hexCRC(c)
+	to := make([]To, len(from))
+	for i, c := range from {
+		to[i] = To(c)
 	}
-	return h
-}
-
-func fromHex(h []hexCRC) []uint32 {
-	if len(h) == 0 {
-		return nil
-	}
-	crcs := make([]uint32, len(h))
-	for i, c := range h {
-		crcs[i] = uint32(c)
-	}
-	return crcs
+	return to
 }
