@@ -8,13 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -48,6 +48,17 @@ type RunOptions struct {
 	// if set.
 	WaitForLock   bool
 	StartDeadline time.Time
+	// PassDeadline, if set, bounds a whole pass (run --once): when it
+	// passes, Run stops as on a signal but returns an ErrPassDeadline
+	// naming what it was waiting for. The batches not committed stay
+	// staged.
+	PassDeadline time.Time
+	// ShutdownTimeout bounds everything Run does after it was told to
+	// stop (a signal, a pass deadline, an error): waiting for the commits
+	// in flight, removing committed batches, closing the producer
+	// (default DefaultShutdownTimeout). What is not committed by then
+	// stays staged and is recognised on restart.
+	ShutdownTimeout time.Duration
 	// Observe and OnBatch report progress (metrics, the live line).
 	// Observe is called from the producer's committer goroutine. OnBatch
 	// is called from two goroutines, the scanning loop (rejected batches,
@@ -74,6 +85,13 @@ type BatchEvent struct {
 	Skipped string
 }
 
+// DefaultShutdownTimeout is RunOptions.ShutdownTimeout's default: well
+// inside Kubernetes' default 30 s grace period between SIGTERM and SIGKILL.
+const DefaultShutdownTimeout = 20 * time.Second
+
+// ErrPassDeadline: a run --once pass did not finish by its deadline.
+var ErrPassDeadline = errors.New("pass not finished by its deadline")
+
 // Run seals the staging tree's batches into steps, in name order, exactly
 // once across crashes: the producer's cursor (the newest committed batch
 // name) and its recent batch names live in the manifest, so on restart a
@@ -87,11 +105,28 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	waits := &storeWaits{report: o.StoreWaiting}
+	if !o.PassDeadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, o.PassDeadline, ErrPassDeadline)
+		defer cancel()
+	}
+	err := run(ctx, o, waits)
+	if context.Cause(ctx) == ErrPassDeadline {
+		return waits.deadlineErr()
+	}
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return nil // stopped by a signal: a clean exit
+	}
+	return err
+}
+
+func run(ctx context.Context, o RunOptions, waits *storeWaits) error {
 	unlock, err := o.lock(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped by a signal while waiting
-		}
 		return err
 	}
 	defer unlock()
@@ -99,12 +134,18 @@ func Run(ctx context.Context, o RunOptions) error {
 		return fmt.Errorf("sweeping the staging tree: %w", err)
 	}
 	p, err := txn.OpenProducer(ctx, o.Log, txn.ProducerOptions{
-		ID: o.ProducerID, Logger: o.Logger, Observe: o.Observe,
+		ID: o.ProducerID, Logger: o.Logger, Observe: o.Observe, // TODO(lead): OnStoreWait: waits.txn,
 	})
 	if err != nil {
 		return err
 	}
-	r := &runner{RunOptions: o, p: p, committed: map[string]bool{}, appended: map[string]bool{},
+	// Everything after the loop (waiting for the commits in flight,
+	// removing committed batches, closing) shares one deadline set when
+	// the loop ends: the committer retries a store that is down for as
+	// long as it lives, and a shutdown must not wait for it.
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	defer endLife()
+	r := &runner{RunOptions: o, p: p, waits: waits, committed: map[string]bool{}, appended: map[string]bool{},
 		unmovable: map[string]string{}, skipped: map[string]bool{}}
 	res := p.Resume()
 	r.cursor = res.Cursor
@@ -113,23 +154,24 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	r.cleanup = make(chan cleanupJob, 1024)
 	var cleaner sync.WaitGroup
-	cleaner.Go(r.cleanLoop)
+	cleaner.Go(func() { r.cleanLoop(life) })
 
 	err = r.loop(ctx)
-	// Whatever happened, wait for what was appended (unless cancelled) so
-	// the staging tree is cleaned of every committed batch.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	// Unless stopped, wait for what was appended (bounded by ctx: a pass
+	// deadline or a signal), so the staging tree is cleaned of every
+	// committed batch.
 	if ferr := p.Flush(ctx); ferr != nil && err == nil && ctx.Err() == nil {
 		err = ferr
 	}
+	stop := time.AfterFunc(o.ShutdownTimeout, endLife)
+	defer stop.Stop()
 	close(r.cleanup)
 	cleaner.Wait()
-	if cerr := p.Close(fctx); cerr != nil && err == nil && ctx.Err() == nil {
+	if cerr := p.Close(life); cerr != nil && err == nil && ctx.Err() == nil {
 		err = cerr
 	}
-	cancel()
-	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
-		return nil // stopped by a signal: a clean exit
+	if life.Err() != nil && err == nil && ctx.Err() == nil {
+		err = fmt.Errorf("commits still in flight after %s; their batches stay staged: %w", o.ShutdownTimeout, waits.lastCause())
 	}
 	return err
 }
@@ -138,28 +180,29 @@ func Run(ctx context.Context, o RunOptions) error {
 // WaitForLock: exiting would hand the wait to a supervisor's restart loop
 // (hundreds of restarts while a stopped incarnation held it).
 func (o *RunOptions) lock(ctx context.Context) (func(), error) {
-	delay := storeWaitMin
+	b := backoff.New(storeWait)
 	for attempt := 1; ; attempt++ {
 		unlock, err := o.Tree.Lock(o.ProducerID)
 		if err == nil || !errors.Is(err, ErrLocked) || !o.WaitForLock {
 			return unlock, err
 		}
-		if !o.StartDeadline.IsZero() && time.Now().Add(delay/2).After(o.StartDeadline) {
+		wait := b.Step()
+		o.Logger.Warn("staging directory held by another process; waiting for it", "attempt", attempt,
+			"retry_in_up_to", wait.Round(time.Millisecond), "cause", err)
+		more, serr := b.WaitUntil(ctx, o.StartDeadline)
+		if serr != nil {
+			return nil, serr
+		}
+		if !more {
 			return nil, fmt.Errorf("%w (still held at --start-timeout)", err)
 		}
-		wait := delay/2 + rand.N(delay/2+1)
-		o.Logger.Warn("staging directory held by another process; waiting for it", "attempt", attempt,
-			"retry_in", wait.Round(time.Millisecond), "cause", err)
-		if err := sleepCtx(ctx, wait); err != nil {
-			return nil, err
-		}
-		delay = min(delay*2, storeWaitMax)
 	}
 }
 
 type runner struct {
 	RunOptions
 	p         *txn.Producer
+	waits     *storeWaits
 	cursor    string          // newest batch name appended (committed or queued)
 	committed map[string]bool // batch names the manifest says are committed
 	cleanup   chan cleanupJob
@@ -181,9 +224,9 @@ type runner struct {
 	inFlight atomic.Int64
 
 	// downSince: when the store stopped answering (zero: it answers);
-	// downDelay: the current backoff.
+	// down: the backoff while it does not.
 	downSince time.Time
-	downDelay time.Duration
+	down      *backoff.Backoff
 
 	// holdBack's view, refreshed incrementally.
 	leadState   *txn.State
@@ -239,7 +282,7 @@ func (r *runner) loop(ctx context.Context) error {
 			return nil
 		}
 		r.maybeGC(ctx)
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -251,14 +294,10 @@ func (r *runner) loop(ctx context.Context) error {
 func (r *runner) storeDown(batch string, err error) time.Duration {
 	if r.downSince.IsZero() {
 		r.downSince = time.Now()
-		r.downDelay = storeWaitMin
-		if r.StoreWaiting != nil {
-			r.StoreWaiting(true)
-		}
-	} else {
-		r.downDelay = min(r.downDelay*2, storeWaitMax)
+		r.down = backoff.New(storeWait)
 	}
-	wait := r.downDelay/2 + rand.N(r.downDelay/2+1)
+	r.waits.set(waitRun, err)
+	wait := r.down.Next()
 	r.Logger.Warn("store not reachable; batch stays staged, waiting for the store", "batch", batch,
 		"down_for", time.Since(r.downSince).Round(time.Millisecond), "retry_in", wait.Round(time.Millisecond), "cause", err)
 	return wait
@@ -271,17 +310,12 @@ func (r *runner) storeUp() {
 	}
 	r.Logger.Info("store reachable again", "waited", time.Since(r.downSince).Round(time.Millisecond))
 	r.downSince = time.Time{}
-	if r.StoreWaiting != nil {
-		r.StoreWaiting(false)
-	}
+	r.waits.set(waitRun, nil)
 }
 
-// The run's wait for a store that went away, as lakefs-produce waits for
-// one at start.
-const (
-	storeWaitMin = 500 * time.Millisecond
-	storeWaitMax = 8 * time.Second
-)
+// storeWait is the run's wait for a store that went away (and for the
+// staging lock), as lakefs-produce waits for the store at start.
+var storeWait = backoff.Policy{First: 500 * time.Millisecond, Max: 8 * time.Second}
 
 // scan lists the sealed batches and reports, once each, the sealed
 // entries that are never picked up.
@@ -429,12 +463,14 @@ func (r *runner) setAppended(name string, in bool) {
 }
 
 // cleanLoop removes each batch once its commit is durable, in order.
-func (r *runner) cleanLoop() {
+// life ends when the run's shutdown deadline passes: a batch whose
+// commit is not durable by then stays staged.
+func (r *runner) cleanLoop(life context.Context) {
 	for j := range r.cleanup {
-		step, err := j.pending.Wait(context.Background())
+		step, err := j.pending.Wait(life)
 		r.inFlight.Add(-1)
 		if err != nil {
-			continue // the producer failed; Run returns its error
+			continue // the producer failed (Run returns its error), or shutdown ran out of time
 		}
 		if err := r.Tree.Remove(j.name); err != nil {
 			r.Logger.Error("committed batch not removed; it will be removed on restart", "batch", j.name, "err", err)
@@ -453,7 +489,8 @@ func (r *runner) holdBack(ctx context.Context) error {
 	if r.MaxLead <= 0 {
 		return nil
 	}
-	logged, failures := false, 0
+	logged := false
+	var fails *backoff.Backoff // while the check fails
 	var wait time.Duration
 	for {
 		err := r.refreshLead(ctx)
@@ -462,16 +499,22 @@ func (r *runner) holdBack(ctx context.Context) error {
 		}
 		if err != nil {
 			// The store is down or throttling: wait it out, holding uploads.
-			failures++
-			if failures == 1 || failures%20 == 0 {
-				r.Logger.Warn("back-pressure check failed; retrying", "err", err, "failures", failures)
+			if fails == nil {
+				fails = backoff.New(backoff.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second})
 			}
-			if serr := sleepCtx(ctx, min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)); serr != nil {
+			r.waits.set(waitHoldBack, err)
+			if n := fails.Waits() + 1; n == 1 || n%20 == 0 {
+				r.Logger.Warn("back-pressure check failed; retrying", "err", err, "failures", n)
+			}
+			if serr := fails.Wait(ctx); serr != nil {
 				return serr
 			}
 			continue
 		}
-		failures = 0
+		if fails != nil {
+			fails = nil
+			r.waits.set(waitHoldBack, nil)
+		}
 		base, who, ok := txn.LeadBase(r.leadState, r.consumers, time.Now(), r.ConsumerTimeout)
 		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
@@ -488,12 +531,14 @@ func (r *runner) holdBack(ctx context.Context) error {
 		}
 		r.event(BatchEvent{Waiting: why})
 		r.maybeGC(ctx)
-		// Heartbeats move every 10 s and a reclaim is rare: while held,
+		// Heartbeats move at most every few seconds (a mount writes its
+		// position when it moved and the head stands still, at most every
+		// --heartbeat-interval, default 10 s) and a reclaim is rare: while held,
 		// look again at a pace that grows to holdPoll, so a thousand held
 		// producers do not list thousands of heartbeats several times a
 		// second.
 		wait = min(max(wait*2, r.Poll, 200*time.Millisecond), holdPoll)
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -503,7 +548,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 // reread: no more often than mounts write them; holdPoll bounds how
 // often a held producer looks at the log and the heartbeats again.
 const (
-	consumerPoll = 10 * time.Second // a mount writes its heartbeat every 10 s
+	consumerPoll = 10 * time.Second // a held-back mount's heartbeat moves at most every --heartbeat-interval (10 s)
 	holdPoll     = 2 * time.Second
 )
 
@@ -527,23 +572,15 @@ func (r *runner) refreshLead(ctx context.Context) error {
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 func (r *runner) maybeGC(ctx context.Context) {
 	if r.GCEvery <= 0 || time.Since(r.lastGC) < r.GCEvery {
 		return
 	}
 	r.lastGC = time.Now()
 	rep, err := txn.GC(ctx, r.Log, txn.GCOptions{Grace: r.GCGrace, Logger: r.Logger})
+	if err != nil && ctx.Err() != nil {
+		return // stopped by a signal: not a failure; the next run's gc goes on
+	}
 	if err != nil {
 		r.Logger.Warn("gc failed; will retry", "err", err)
 		return
@@ -675,4 +712,84 @@ func fileCRC(ctx context.Context, path string) (uint32, error) {
 		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return h.Sum32(), nil
+}
+
+// What a run may be waiting for the store in; the gauge is on while any
+// of them is.
+type waitSource int
+
+const (
+	waitRun      waitSource = iota // a pass stopped by a store error
+	waitHoldBack                   // the back-pressure check
+	waitTxn                        // uploads, commits, the producer's load (txn's own retries)
+)
+
+// storeWaits folds the run's waits for the store into one on/off report
+// (RunOptions.StoreWaiting, the lakefs_produce_store_waiting gauge) and
+// keeps the last cause, for a pass that runs out of time.
+type storeWaits struct {
+	report func(bool)
+
+	mu    sync.Mutex
+	on    [3]bool // GUARDED_BY(mu)
+	txnN  int     // GUARDED_BY(mu): txn's retry loops waiting now
+	cause error   // GUARDED_BY(mu): the newest store error waited on
+	was   bool    // GUARDED_BY(mu): what report was last told
+}
+
+func (w *storeWaits) set(src waitSource, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.on[src] = cause != nil
+	w.changedLocked(cause)
+}
+
+// txn is txn.ProducerOptions.OnStoreWait: each retry loop of the
+// producer reports its start and its end, possibly from several
+// goroutines at once.
+func (w *storeWaits) txn(waiting bool, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if waiting {
+		w.txnN++
+	} else if w.txnN > 0 {
+		w.txnN--
+	}
+	w.on[waitTxn] = w.txnN > 0
+	if !waiting {
+		cause = nil
+	}
+	w.changedLocked(cause)
+}
+
+func (w *storeWaits) changedLocked(cause error) {
+	if cause != nil {
+		w.cause = cause
+	}
+	now := w.on[waitRun] || w.on[waitHoldBack] || w.on[waitTxn]
+	if now != w.was && w.report != nil {
+		w.report(now)
+	}
+	w.was = now
+}
+
+func (w *storeWaits) lastCause() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cause == nil {
+		return errors.New("the store did not answer in time")
+	}
+	return w.cause
+}
+
+// deadlineErr says why a pass ran out of time: waiting for the store (and
+// its last error), or just slow.
+func (w *storeWaits) deadlineErr() error {
+	w.mu.Lock()
+	cause := w.cause
+	w.mu.Unlock()
+	if cause != nil {
+		return fmt.Errorf("%w: waiting for the store (last error: %v); the batches not committed stay staged for the next run", ErrPassDeadline, cause)
+	}
+	return fmt.Errorf("%w; the batches not committed stay staged for the next run", ErrPassDeadline)
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -14,10 +14,7 @@ import (
 // Waiting for the store at start: a daemon outlives a store outage instead
 // of exiting into its supervisor's restart loop (thousands of restarts in a
 // few minutes, or a Kubernetes CrashLoopBackOff for a transient outage).
-const (
-	connectMin = 500 * time.Millisecond
-	connectMax = 8 * time.Second
-)
+var connectWait = backoff.Policy{First: 500 * time.Millisecond, Max: 8 * time.Second}
 
 // connectOptions say how long connect waits.
 type connectOptions struct {
@@ -38,33 +35,39 @@ type connectOptions struct {
 // honour create-if-absent, no stream) fails at once: waiting cannot fix it.
 func connect(ctx context.Context, o connectOptions) (store.Store, *txn.Log, error) {
 	var deadline time.Time
-	if o.Timeout > 0 {
-		deadline = time.Now().Add(o.Timeout)
-	}
 	started := time.Now()
-	delay := connectMin
+	if o.Timeout > 0 {
+		deadline = started.Add(o.Timeout)
+	}
+	b := backoff.New(connectWait)
+	defer o.waiting(false)
 	for attempt := 1; ; attempt++ {
+		// An attempt is bounded by the store's own request timeouts, not
+		// cut at the deadline: the one made at the deadline must be able
+		// to succeed.
 		s, l, err := connectOnce(ctx, o.URL)
+		if err != nil && !deadline.IsZero() && !time.Now().Before(deadline) && ctx.Err() == nil {
+			return nil, nil, fmt.Errorf("store %s still not reachable after %s (--start-timeout %s): %w",
+				store.Redact(o.URL), time.Since(started).Round(100*time.Millisecond), o.Timeout, err)
+		}
 		if err == nil || !store.Transient(err) || o.FailFast || ctx.Err() != nil {
 			if attempt > 1 && err == nil {
 				o.Logger.Info("store reachable; starting", "waited", time.Since(started).Round(time.Millisecond))
 			}
-			o.waiting(false)
 			return s, l, err
 		}
-		if !deadline.IsZero() && time.Now().Add(delay/2).After(deadline) {
-			o.waiting(false)
-			return nil, nil, fmt.Errorf("store %s still not reachable after %s (--start-timeout): %w",
-				store.Redact(o.URL), time.Since(started).Round(time.Second), err)
-		}
 		o.waiting(true)
-		wait := delay/2 + rand.N(delay/2+1) // jitter: restarted producers do not retry in step
-		o.Logger.Warn("store not reachable; waiting for it", "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "cause", err)
-		if err := sleepCtx(ctx, wait); err != nil {
-			o.waiting(false)
-			return nil, nil, err
+		// The attempts go on up to the deadline itself: the last wait is
+		// cut short to end at it, and one more attempt is made there.
+		o.Logger.Warn("store not reachable; waiting for it", "attempt", attempt, "retry_in_up_to", b.Step().Round(time.Millisecond), "cause", err)
+		more, serr := b.WaitUntil(ctx, deadline)
+		if serr != nil {
+			return nil, nil, serr
 		}
-		delay = min(delay*2, connectMax)
+		if !more {
+			return nil, nil, fmt.Errorf("store %s still not reachable after %s (--start-timeout %s): %w",
+				store.Redact(o.URL), time.Since(started).Round(100*time.Millisecond), o.Timeout, err)
+		}
 	}
 }
 
@@ -90,16 +93,4 @@ func connectOnce(ctx context.Context, url string) (store.Store, *txn.Log, error)
 		return nil, nil, err
 	}
 	return s, l, nil
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

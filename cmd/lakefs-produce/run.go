@@ -34,6 +34,10 @@ type runOptions struct {
 	// StartTimeout bounds the wait for an unreachable store at start (0:
 	// wait as long as it takes; --once never waits).
 	StartTimeout time.Duration
+	// OnceTimeout bounds a whole --once pass (0: none): a store that
+	// stops answering after the start fails the pass instead of hanging
+	// a cron job.
+	OnceTimeout time.Duration
 	// ConsumerTimeout: how long a silent consumer holds back-pressure
 	// (hidden; tests shorten it).
 	ConsumerTimeout time.Duration
@@ -66,7 +70,11 @@ symlink to one: run --once says so for each one that is sealed.
 While the store is unreachable or answers that it cannot serve (HTTP 5xx,
 throttling), or another process holds the staging directory, run waits with
 capped backoff (0.5 s to 8 s, one log line per attempt) instead of exiting;
---start-timeout bounds that wait at start, and --once does not wait.
+--start-timeout bounds that wait at start, and --once does not wait at
+start; a --once pass that meets a store outage later retries within
+--once-timeout (30m), then exits 1 naming the store's error. A signal
+stops run within 20 s whatever the store does; what is not committed by
+then stays staged for the next run.
 
 --once commits every batch sealed at start, prints one line per batch
 ("NAME -> step N", "NAME rejected: REASON", or "NAME not picked up: WHY")
@@ -80,6 +88,8 @@ watching until SIGINT or SIGTERM.`,
 			&cli.StringFlag{Name: "metrics-addr", Destination: &o.MetricsAddr, Usage: "serve Prometheus metrics at HOST:PORT/metrics (:PORT binds 127.0.0.1)"},
 			&cli.BoolFlag{Name: "once", Destination: &o.Once, Usage: "commit the batches sealed at start, then exit (fails at once when the store is unreachable)"},
 			&cli.DurationFlag{Name: "start-timeout", Destination: &o.StartTimeout, Usage: "exit 1 when the store is still unreachable after this long at start (0: wait as long as it takes)"},
+			&cli.DurationFlag{Name: "once-timeout", Value: defaultOnceTimeout, Destination: &o.OnceTimeout,
+				Usage: "with --once: exit 1 when the pass has not finished after this long (a store that stopped answering); what is not committed stays staged (0: no bound)"},
 			&cli.DurationFlag{Name: "consumer-timeout", Value: txn.ConsumerTimeout, Destination: &o.ConsumerTimeout, Hidden: true,
 				Usage: "a consumer whose heartbeat is older than this no longer holds --max-lead back"},
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
@@ -98,6 +108,10 @@ watching until SIGINT or SIGTERM.`,
 	}
 }
 
+// defaultOnceTimeout is --once-timeout's default: far longer than any
+// healthy pass of a cron job, short enough that a hung one is noticed.
+const defaultOnceTimeout = 30 * time.Minute
+
 func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.Staging == "":
@@ -108,6 +122,8 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		return flagval.Usagef("--max-lead must not be negative (got %d)", o.MaxLead)
 	case o.StartTimeout < 0:
 		return flagval.Usagef("--start-timeout must not be negative (got %s)", o.StartTimeout)
+	case o.OnceTimeout < 0:
+		return flagval.Usagef("--once-timeout must not be negative (got %s)", o.OnceTimeout)
 	case o.Progress != "auto" && o.Progress != "line" && o.Progress != "log":
 		return flagval.Usagef("--progress %q: use auto, line or log", o.Progress)
 	}
@@ -132,8 +148,15 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 		deadline = time.Now().Add(o.StartTimeout)
 	}
 	s, l, err := connect(ctx, connectOptions{URL: o.Store, FailFast: o.Once, Timeout: o.StartTimeout, Logger: logger, Waiting: m.waitingForStore})
+	if err != nil && ctx.Err() != nil {
+		return nil // a signal while waiting for the store: a clean stop, as at any other time
+	}
 	if err != nil {
 		return err
+	}
+	var passDeadline time.Time
+	if o.Once && o.OnceTimeout > 0 {
+		passDeadline = time.Now().Add(o.OnceTimeout)
 	}
 	prog := newProgress(stderr, o.Progress, logger, streamHead(ctx, l))
 	defer prog.stop()
@@ -141,7 +164,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	err = stage.Run(ctx, stage.RunOptions{
 		Store: s, Log: l, Tree: tree, ProducerID: o.ProducerID, Once: o.Once, MaxLead: o.MaxLead,
 		Poll: o.Poll, GCEvery: o.GCEvery, GCGrace: o.GCGrace, Logger: logger, ConsumerTimeout: o.ConsumerTimeout,
-		StoreWaiting: m.waitingForStore, WaitForLock: !o.Once, StartDeadline: deadline,
+		StoreWaiting: m.waitingForStore, WaitForLock: !o.Once, StartDeadline: deadline, PassDeadline: passDeadline,
 		Observe: func(cs txn.CommitStats) { m.commit(cs); prog.commit(cs) },
 		OnBatch: func(e stage.BatchEvent) {
 			m.batch(e)
@@ -153,6 +176,9 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	})
 	if err == nil && summary.rejected > 0 {
 		return summary.err(filepath.Join(tree.Dir, stage.RejectedDir))
+	}
+	if errors.Is(err, stage.ErrPassDeadline) {
+		return fmt.Errorf("run --once did not finish within --once-timeout %s: %w", o.OnceTimeout, err)
 	}
 	if errors.Is(err, txn.ErrFenced) {
 		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)

@@ -1,0 +1,133 @@
+package stage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
+)
+
+// logDown fails every create under _log/ once a TGB's data was uploaded:
+// the batch is appended, and its commit waits for a store that never
+// comes back.
+type logDown struct {
+	store.Store
+	uploaded atomic.Bool
+	failed   atomic.Int64
+}
+
+func (s *logDown) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	if strings.HasPrefix(key, "data/") {
+		defer s.uploaded.Store(true)
+	}
+	if strings.HasPrefix(key, "_log/") && s.uploaded.Load() {
+		s.failed.Add(1)
+		return fmt.Errorf("create %s: %w", key, store.ErrUnavailable)
+	}
+	return s.Store.Create(ctx, key, r, size)
+}
+
+func (s *logDown) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if strings.HasPrefix(key, "data/") {
+		defer s.uploaded.Store(true)
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+// TestSignalWhileStoreDownReturns (issue 43 item 6): a SIGTERM while the
+// commit of an appended batch waits for a store that is down ends Run
+// within its shutdown bound (before, the cleaner waited for the commit
+// forever and the pod stayed Terminating until SIGKILL); the batch stays
+// staged and a restart commits it exactly once.
+func TestSignalWhileStoreDownReturns(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b000")
+	down := &logDown{Store: e.store}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting atomic.Bool
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	const bound = 2 * time.Second
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{
+			Store: down, Log: &txn.Log{Store: down, Config: e.log.Config}, Tree: tree, ProducerID: "p",
+			Poll: 20 * time.Millisecond, ShutdownTimeout: bound, StoreWaiting: waiting.Store,
+		})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); down.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
+		}
+	}
+	cancel()
+	stopped := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after a signal = %v; want a clean stop", err)
+		}
+		t.Logf("Run returned %v after the signal (bound %v)", time.Since(stopped).Round(time.Millisecond), bound)
+	case <-time.After(bound + 20*time.Second):
+		t.Fatalf("Run did not return %v after the signal (shutdown bound %v): the shutdown waits for a store that is down", bound+20*time.Second, bound)
+	}
+	if _, err := os.Stat(filepath.Join(e.staging, "b000", stage.Sealed)); err != nil {
+		t.Fatalf("the uncommitted batch left the staging tree: %v", err)
+	}
+	if got := e.steps(t); len(got) != 0 {
+		t.Fatalf("steps after the failed commit: %v", got)
+	}
+	// The restart, on a healthy store, commits it once.
+	if rej := e.run(t, "p"); len(rej) != 0 {
+		t.Fatalf("restart rejected %v", rej)
+	}
+	if got := e.steps(t); len(got) != 1 || got["b000"] != 0 {
+		t.Fatalf("steps after the restart = %v; want b000 once, at step 0", got)
+	}
+}
+
+// TestOncePassDeadline (issue 43 item 7): a --once pass whose store fails
+// after the start (uploads fine, every commit refused) ends at its
+// deadline with ErrPassDeadline naming the store's error, instead of
+// retrying forever; the batch stays staged.
+func TestOncePassDeadline(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b000")
+	down := &logDown{Store: e.store}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(t.Context(), stage.RunOptions{
+			Store: down, Log: &txn.Log{Store: down, Config: e.log.Config}, Tree: tree, ProducerID: "p", Once: true,
+			PassDeadline: time.Now().Add(time.Second), ShutdownTimeout: time.Second,
+		})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, stage.ErrPassDeadline) || !errors.Is(err, store.ErrUnavailable) && !strings.Contains(err.Error(), store.ErrUnavailable.Error()) {
+			t.Fatalf("Run --once past its deadline = %v; want ErrPassDeadline naming the store's error", err)
+		}
+		t.Logf("run --once: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run --once did not end at its deadline: it waits for the store forever")
+	}
+	if _, err := os.Stat(filepath.Join(e.staging, "b000", stage.Sealed)); err != nil {
+		t.Fatalf("the uncommitted batch left the staging tree: %v", err)
+	}
+}
