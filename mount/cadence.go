@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -144,8 +145,10 @@ func (c *cadence) next(lastPoll time.Time, fast time.Duration) time.Time {
 		}
 		return at
 	}
-	d := c.margin() << min(c.misses-1, 20)
-	return lastPoll.Add(min(d, backoffFactor*fast))
+	// Doubled without a shift: margin<<n overflows for margins of hours
+	// (a stream committing twice a day), and a negative wait polls back
+	// to back.
+	return lastPoll.Add(backoff.Grow(c.margin(), c.misses-1, backoffFactor*fast))
 }
 
 // behind reports whether, at now, the version after the newest applied

@@ -341,3 +341,40 @@ func TestFollowerFullRefresh(t *testing.T) {
 		}
 	}
 }
+
+// TestCadenceLongIntervalNoOverflow (issue 43 item 10): a stream committing
+// every ~12 h with ~2 h of jitter has a margin of hours; after 25 misses
+// the next poll must still be within [last, last+4 x fast], never in the
+// past (margin<<24 wrapped negative and polled back to back).
+func TestCadenceLongIntervalNoOverflow(t *testing.T) {
+	const fast = 250 * time.Millisecond
+	c := cadence{interval: 12 * time.Hour, jitter: 2 * time.Hour, samples: 5, sighted: true}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.last = t0
+	last := t0.Add(13 * time.Hour)
+	for range 25 {
+		c.miss(last)
+	}
+	for misses := 25; misses <= 70; misses += 5 {
+		next := c.next(last, fast)
+		if next.Before(last) || next.After(last.Add(backoffFactor*fast)) {
+			t.Fatalf("after %d misses: next poll %v after the last one; want within [0, %v]", c.misses, next.Sub(last), backoffFactor*fast)
+		}
+		for range 5 {
+			c.miss(last)
+		}
+	}
+}
+
+// TestFailDelayNeverNegative: the failure backoff caps, never wraps, however
+// many polls failed.
+func TestFailDelayNeverNegative(t *testing.T) {
+	for _, fails := range []int{1, 2, 20, 64, 65, 1000} {
+		for _, fast := range []time.Duration{time.Millisecond, 250 * time.Millisecond, time.Hour} {
+			d := failDelay(fails, fast)
+			if d < 0 || d > backoffFactor*fast {
+				t.Fatalf("failDelay(%d, %v) = %v; want within [0, %v]", fails, fast, d, backoffFactor*fast)
+			}
+		}
+	}
+}

@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/lakestream/lakestream/cache"
 	"github.com/lakestream/lakestream/fs"
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/internal/flagval"
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/store"
@@ -146,7 +146,20 @@ const (
 	// MinCacheSize is the least any stream can use (MinBlocks blocks of
 	// the smallest chunk); the stream's own chunk size may need more.
 	MinCacheSize = cache.MinBlocks * txn.MinChunkSize
+	// MaxHeartbeatInterval keeps a heartbeat fresh: written at least every
+	// interval, it is never older than a third of txn.ConsumerTimeout.
+	MaxHeartbeatInterval = txn.ConsumerTimeout / 3
 )
+
+// machineMemory is this machine's physical memory, rounded down to a MiB:
+// the most --cache-size can hold (MaxSize where the kernel does not say).
+func machineMemory() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return flagval.MaxSize
+	}
+	return min(int64(si.Totalram)*int64(si.Unit), flagval.MaxSize) &^ (1<<20 - 1)
+}
 
 func (o *Options) setDefaults() error {
 	if o.Logger == nil {
@@ -213,16 +226,29 @@ func (o *Options) validate() error {
 		return flagval.Usagef("--idle-poll-interval %s is shorter than --poll-interval %s", o.IdlePollInterval, o.PollInterval)
 	case o.HeartbeatInterval < 0:
 		return flagval.Usagef("--heartbeat-interval %s is negative", o.HeartbeatInterval)
+	case o.HeartbeatInterval > MaxHeartbeatInterval:
+		return flagval.Usagef("--heartbeat-interval %s is too long: a heartbeat older than %s counts as a mount gone, so gc and --max-lead would ignore this one; use at most %s",
+			o.HeartbeatInterval, txn.ConsumerTimeout, MaxHeartbeatInterval)
 	case o.StoreRetry < 0:
-		return flagval.Usagef("--store-retry %s is negative; use 0 for the default (%s)", o.StoreRetry, DefaultStoreRetry)
+		return flagval.Usagef("--store-retry %s is negative", o.StoreRetry)
 	case o.Fetchers < 0:
 		return flagval.Usagef("--fetchers %d is negative; use at least 1", o.Fetchers)
 	case o.CacheSize < 0 || o.CacheSize > flagval.MaxSize:
 		return flagval.Usagef("--cache-size %d is out of range; use %s to %s", o.CacheSize, flagval.FormatSize(MinCacheSize), flagval.FormatSize(flagval.MaxSize))
+	case o.CacheSize > 0 && o.CacheSize > machineMemory():
+		return flagval.Usagef("--cache-size %s is more than this machine's memory (%s); use %s to %s",
+			flagval.FormatSize(o.CacheSize), flagval.FormatSize(machineMemory()), flagval.FormatSize(MinCacheSize), flagval.FormatSize(machineMemory()))
 	case o.ReadAhead != 0 && (o.ReadAhead < MinReadAhead || o.ReadAhead > MaxReadAhead):
 		return flagval.Usagef("--read-ahead %d is out of range; use %s to %s", o.ReadAhead, flagval.FormatSize(MinReadAhead), flagval.FormatSize(MaxReadAhead))
 	case o.NodeID != "":
-		return validateNodeID(o.NodeID)
+		if err := validateNodeID(o.NodeID); err != nil {
+			return err
+		}
+	}
+	if o.MetricsAddr != "" {
+		if _, err := listen.Addr(o.MetricsAddr); err != nil {
+			return flagval.Usagef("--metrics-addr: %w", err)
+		}
 	}
 	return nil
 }
@@ -303,8 +329,9 @@ func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.Sta
 			return nil, nil, nil, flagval.Usagef("--ranks names rank %d, but the view has ranks 0-%d", r, shown-1)
 		}
 	}
-	if err := cache.CheckSize(o.CacheSize, l.Config.ChunkSize); err != nil {
-		return nil, nil, nil, flagval.Usagef("--cache-size %s: %w", flagval.FormatSize(o.CacheSize), err)
+	if least := cache.MinBlocks * l.Config.ChunkSize; o.CacheSize < least {
+		return nil, nil, nil, flagval.Usagef("--cache-size %s holds fewer than %d of this stream's %s chunks; use at least %s",
+			flagval.FormatSize(o.CacheSize), cache.MinBlocks, flagval.FormatSize(l.Config.ChunkSize), flagval.FormatSize(least))
 	}
 	state, err := l.Load(ctx)
 	if err != nil {
@@ -692,8 +719,7 @@ func (m *mounted) schedule(f *follower, last time.Time, fails int) (at, notBefor
 // step. Without it a known cadence whose version is overdue would poll a
 // down store back to back.
 func failDelay(fails int, fast time.Duration) time.Duration {
-	d := min(fast<<min(fails-1, 20), backoffFactor*fast)
-	return d/2 + rand.N(d/2+1)
+	return backoff.Jitter(backoff.Grow(fast, fails-1, backoffFactor*fast))
 }
 
 func later(a, b time.Time) time.Time {

@@ -54,8 +54,8 @@ func OptionTable() []Option {
 			get: func(o *Options) string { return flagval.FormatRanks(o.Ranks) }},
 		intOption("view-ranks", "0", true, func(o *Options) *int { return &o.ViewRanks },
 			"show the stream as R2 ranks (R2 divides R): rank-r holds original ranks r*(R/R2)..(r+1)*(R/R2)-1 as rank-<original>/ directories"),
-		sizeOption("cache-size", DefaultCacheSize, MinCacheSize, 0, func(o *Options) *int64 { return &o.CacheSize },
-			"memory for cached and prefetched blocks; the process uses about this plus 128MiB"),
+		sizeOption("cache-size", DefaultCacheSize, MinCacheSize, machineMemory(), func(o *Options) *int64 { return &o.CacheSize },
+			"memory for cached and prefetched blocks and verified whole files; the process uses about this plus 128MiB. At least 16 of the stream's chunks (64KiB for 4KiB chunks, 16MiB for 1MiB ones), at most this machine's memory"),
 		intOption("prefetch-steps", strconv.Itoa(DefaultPrefetchSteps), false, func(o *Options) *int { return &o.PrefetchSteps },
 			"P: opening a file of step n prefetches steps n..n+P (0: off)"),
 		durationOption("wait", 0, false, func(o *Options) *time.Duration { return &o.Wait },
@@ -75,7 +75,7 @@ func OptionTable() []Option {
 			set:   func(o *Options, _, v string) error { o.NodeID = v; return nil },
 			get:   func(o *Options) string { return o.NodeID }},
 		durationOption("heartbeat-interval", DefaultHeartbeatInterval, true, func(o *Options) *time.Duration { return &o.HeartbeatInterval },
-			"the least time between heartbeat writes: written when the position moved while the head stood still, else every 6 intervals (at most 1m)"),
+			"the least time between heartbeat writes: written when the position moved while the head stood still, else once per 6 intervals or per minute, whichever is shorter; at most 1m, so that a heartbeat is never older than the 3m after which gc and --max-lead count the mount as gone"),
 		sizeOption("read-ahead", DefaultReadAhead, MinReadAhead, MaxReadAhead, func(o *Options) *int64 { return &o.ReadAhead },
 			"kernel read-ahead of the mount"),
 		{Name: "passthrough", Default: PassthroughAuto,
@@ -139,13 +139,18 @@ func intOption(name, def string, share bool, field func(*Options) *int, usage st
 		get: func(o *Options) string { return strconv.Itoa(*field(o)) }}
 }
 
-// durationOption: a zero duration in Options means def.
+// durationOption: a zero duration in Options means def. Where def is not
+// zero, a 0 given by the user is refused: it would silently mean the
+// default, which is not what anyone writing 0 means.
 func durationOption(name string, def time.Duration, share bool, field func(*Options) *time.Duration, usage string) Option {
 	return Option{Name: name, Default: def.String(), Share: share, Usage: usage,
 		set: func(o *Options, flag, v string) error {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil {
 				return flagval.Usagef("%s %q is not a duration; use a value like 500ms, 10s or 5m", flag, v)
+			}
+			if d == 0 && def != 0 {
+				return flagval.Usagef("%s %s: give a positive duration (the default is %s)", flag, v, def)
 			}
 			*field(o) = d
 			return nil

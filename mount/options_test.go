@@ -59,7 +59,12 @@ func TestParseAttributes(t *testing.T) {
 		t.Errorf("DefaultOptions does not hold the package defaults: %+v", d)
 	}
 	for attrs, want := range map[string]string{
-		"cache-size=0":          "--cache-size 0 is out of range; use 64KiB to 1PiB",
+		"cache-size=0":          "--cache-size 0 is out of range; use 64KiB to " + flagval.FormatSize(machineMemory()),
+		"cache-size=1PiB":       "--cache-size 1PiB is out of range; use 64KiB to " + flagval.FormatSize(machineMemory()),
+		"heartbeat-interval=3m": "--heartbeat-interval 3m0s is too long",
+		"heartbeat-interval=0":  "--heartbeat-interval 0: give a positive duration (the default is 10s)",
+		"idle-poll-interval=0s": "--idle-poll-interval 0s: give a positive duration (the default is 10s)",
+		"poll-interval=0":       "--poll-interval 0: give a positive duration",
 		"read-ahead=lots":       `--read-ahead "lots" is not a size; use a value like 256MiB or 2GiB (4KiB to 1GiB)`,
 		"ranks=3-1":             `--ranks "3-1" has "3-1", not a range low-high; use a list like 0-3,8`,
 		"prefetch-steps=-1":     "--prefetch-steps -1 is negative; use 0 to disable prefetching",

@@ -9,6 +9,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakestream/lakestream/mount"
+	"github.com/lakestream/lakestream/store"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // parseFlags parses args (without the program name) as lakefs-mount does.
@@ -53,7 +55,13 @@ func withMountpoint(o mount.Options, m string) mount.Options { o.Mountpoint = m;
 // TestUsageErrorsExit2: bad sizes say the allowed range and exit 2.
 func TestUsageErrorsExit2(t *testing.T) {
 	for args, want := range map[string]string{
-		"--cache-size 0 /mnt":                              "--cache-size 0 is out of range; use 64KiB to 1PiB",
+		"--cache-size 0 /mnt": "--cache-size 0 is out of range; use 64KiB to ",
+		// Issue 47 item 2: the range stops at this machine's memory.
+		"--cache-size 1PiB /mnt": "--cache-size 1PiB is out of range; use 64KiB to ",
+		// Issue 47 item 10.
+		"--store file:///s --metrics-addr nonsense /mnt":   `--metrics-addr: metrics address "nonsense": the port "nonsense" is not a number`,
+		"--store file:///s --idle-poll-interval 0 /mnt":    "--idle-poll-interval 0: give a positive duration (the default is 10s)",
+		"--store file:///s --heartbeat-interval 10m /mnt":  "--heartbeat-interval 10m0s is too long",
 		"--read-ahead 0 /mnt":                              "--read-ahead 0 is out of range; use 4KiB to 1GiB",
 		"--cache-size 2x /mnt":                             `--cache-size "2x" is not a size`,
 		"--store file:///nowhere --prefetch-steps -1 /mnt": "--prefetch-steps -1 is negative",
@@ -69,5 +77,26 @@ func TestUsageErrorsExit2(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "SuperSecret123") {
 			t.Errorf("lakefs-mount %s: exit %d, %q; want 2 and %q", args, code, stderr.String(), want)
 		}
+	}
+}
+
+// TestCacheSizeBelowStreamChunks (issue 47 item 2): --cache-size within
+// the documented range but too small for the stream's chunks says so in
+// sizes (before: "give at least 16777216 bytes" under a help that allowed
+// 64KiB).
+func TestCacheSizeBelowStreamChunks(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.Create(t.Context(), s, txn.CreateOptions{Ranks: 1, ChunkSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	code := run([]string{"lakefs-mount", "--store", "file://" + dir, "--cache-size", "64KiB", t.TempDir()}, &bytes.Buffer{}, &stderr)
+	want := "--cache-size 64KiB holds fewer than 16 of this stream's 1MiB chunks; use at least 16MiB"
+	if code != 2 || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d, %q; want 2 and %q", code, stderr.String(), want)
 	}
 }

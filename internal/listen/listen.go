@@ -8,17 +8,24 @@ package listen
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
-// Addr is addr with an empty host made 127.0.0.1.
-func Addr(addr string) (string, error) {
+// Addr is addr with an empty host made 127.0.0.1. A port that is not a
+// number from 0 to 65535 is an error: checked here, before any listen, so
+// a mistyped address is refused as such and not as a failed listen.
+func Addr(given string) (string, error) {
+	addr := given
 	if !strings.Contains(addr, ":") {
 		addr = ":" + addr
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", fmt.Errorf("metrics address %q: want HOST:PORT (e.g. 127.0.0.1:9100): %w", addr, err)
+		return "", fmt.Errorf("metrics address %q: want HOST:PORT (e.g. 127.0.0.1:9100): %w", given, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("metrics address %q: the port %q is not a number from 0 to 65535; want HOST:PORT (e.g. 127.0.0.1:9100)", given, port)
 	}
 	if host == "" {
 		host = "127.0.0.1"
