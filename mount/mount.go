@@ -151,6 +151,27 @@ const (
 	MaxHeartbeatInterval = txn.ConsumerTimeout / 3
 )
 
+// raiseFileLimit raises the soft open-file limit to the hard one (Go's
+// runtime does so too; this makes it explicit and visible) and logs it:
+// every file served through passthrough holds a memory file's descriptor
+// while it is open, so the limit bounds how many files readers can hold
+// open that way (past it they are served through blocks).
+func raiseFileLimit(log *slog.Logger) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		log.Warn("reading the open-file limit", "err", err)
+		return
+	}
+	if lim.Cur < lim.Max {
+		raised := lim
+		raised.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &raised); err == nil {
+			lim = raised
+		}
+	}
+	log.Info("open-file limit", "nofile", lim.Cur)
+}
+
 // machineMemory is this machine's physical memory, rounded down to a MiB:
 // the most --cache-size can hold (MaxSize where the kernel does not say).
 func machineMemory() int64 {
@@ -267,6 +288,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		return err
 	}
+	raiseFileLimit(o.Logger)
 	if err := prepareMountpoint(ctx, o.Mountpoint, o.Logger); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -213,6 +215,12 @@ func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
 		return fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it%s",
 			ErrCredentials, o.Bucket, at, hint)
 	}
+	if why, ok := misconfigured(err); ok {
+		return fmt.Errorf("%w: the S3 endpoint %s: %s", ErrInvalid, at, why)
+	}
+	if localLimit(err) {
+		return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
+	}
 	if why, ok := unreachable(err); ok {
 		if o.Endpoint == "" {
 			return fmt.Errorf("%w: cannot reach AWS S3 for bucket %q (%s); the store URL has no endpoint=: for another S3 server add endpoint=http://host:port, else check the network and region=",
@@ -250,6 +258,30 @@ func unreachable(err error) (string, bool) {
 		return ne.Error(), true
 	}
 	return se.Err.Error(), true
+}
+
+// misconfigured tells an error that retrying cannot cure because the
+// endpoint's scheme or TLS setup is wrong (an https:// endpoint on a plain
+// HTTP server, a certificate nobody here trusts), and says what to fix.
+func misconfigured(err error) (string, bool) {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	switch {
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return "the server speaks plain HTTP, not HTTPS; use an http:// endpoint= (or enable TLS on the server)", true
+	case errors.As(err, &unknownCA):
+		return "its TLS certificate is signed by an authority this machine does not trust; give the CA's certificate in AWS_CA_BUNDLE", true
+	case errors.As(err, &badHost):
+		return fmt.Sprintf("its TLS certificate does not name this host (%v); fix the host in endpoint=", badHost), true
+	}
+	return "", false
+}
+
+// localLimit tells a request that failed on a limit of this process or
+// machine (no file descriptor left for a socket) before reaching the
+// store: not a store outage, and it must not be reported as one.
+func localLimit(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // ErrCredentials classifies missing, unknown or insufficient credentials.
@@ -319,6 +351,13 @@ func isCode(err error, status int, codes ...string) bool {
 // flatten keeps the SDK's error chain but gives it one line: the SDK's
 // messages embed request IDs and retry details that are noise to operators.
 func (s *s3Store) flatten(err error) error {
+	if why, ok := misconfigured(err); ok {
+		return shortError{msg: fmt.Sprintf("%s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+	}
+	if localLimit(err) {
+		return shortError{msg: fmt.Sprintf("no request sent to %s: %v; raise the open-file limit (ulimit -n, LimitNOFILE=)", endpointName(s.endpoint), err),
+			err: fmt.Errorf("%w: %w", ErrLocal, err)}
+	}
 	if why, ok := unreachable(err); ok {
 		return shortError{msg: fmt.Sprintf("cannot reach %s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrUnreachable, err)}
 	}

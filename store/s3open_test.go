@@ -71,3 +71,17 @@ func TestS3OpenWithoutEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestS3HTTPSEndpointOnHTTPServer (issue 47 item 10): an https:// endpoint=
+// pointed at a plain HTTP server is a configuration error, refused at once
+// with one line saying to use http://, not retried as an unreachable store.
+func TestS3HTTPSEndpointOnHTTPServer(t *testing.T) {
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/p?endpoint=" + strings.Replace(srv.Endpoint, "http://", "https://", 1) + "&path-style=true"
+	_, err := store.Open(t.Context(), url)
+	if !errors.Is(err, store.ErrInvalid) || store.Transient(err) || !strings.Contains(err.Error(), "use an http:// endpoint=") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Fatalf("https:// endpoint on an HTTP server: %v (Transient %v); want ErrInvalid saying to use http://", err, store.Transient(err))
+	}
+}

@@ -49,6 +49,11 @@ var (
 	// ErrUnavailable: the server answered but cannot serve now (HTTP 5xx,
 	// throttling); the same request may succeed later.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrLocal: a limit of this process or machine (no file descriptor
+	// left, EMFILE/ENFILE) stopped the request before it reached the
+	// store. It says nothing of the store, whose health must not be judged
+	// by it; it is not Transient (waiting for the store cannot cure it).
+	ErrLocal = errors.New("local resource limit")
 )
 
 // Transient reports whether err is a store failure that waiting may cure:
