@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,4 +132,50 @@ func TestOncePassDeadline(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.staging, "b000", stage.Sealed)); err != nil {
 		t.Fatalf("the uncommitted batch left the staging tree: %v", err)
 	}
+}
+
+// TestSignalDuringGCNotAFailure (issue 47 item 10): a signal that stops
+// run's periodic gc is not logged as a gc failure ("WARN gc failed; will
+// retry ... context canceled").
+func TestSignalDuringGCNotAFailure(t *testing.T) {
+	e := newEnv(t)
+	slow := store.NewFaulty(e.store, 1)
+	slow.Set(store.Fault{Latency: 100 * time.Millisecond}, store.OpList)
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{
+			Store: slow, Log: &txn.Log{Store: slow, Config: e.log.Config}, Tree: tree, ProducerID: "p",
+			Poll: 10 * time.Millisecond, GCEvery: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil)),
+		})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); slow.Calls(store.OpList) < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("gc never listed the store")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after a signal = %v", err)
+	}
+	if strings.Contains(logs.String(), "gc failed") {
+		t.Fatalf("a signal during gc was logged as a failure:\n%s", logs.String())
+	}
+}
+
+// syncWriter serialises writes to w (the run logs from several goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -376,10 +377,14 @@ func (p *progress) report(interval time.Duration) {
 		return
 	}
 	if db > 0 || waiting != "" {
-		p.logger.Info("progress", "batches", batches, "batches_per_s", float64(db)/secs, "mb_per_s", float64(dB)/secs/1e6,
-			"mean_group", group, "head", head, "rejected", rejected, "waiting", waiting)
+		p.logger.Info("progress", "batches", batches, "batches_per_s", round3(float64(db)/secs), "mb_per_s", round3(float64(dB)/secs/1e6),
+			"mean_group", round3(group), "head", head, "rejected", rejected, "waiting", waiting)
 	}
 }
+
+// round3 rounds a rate to three decimals for the log: a raw float64
+// prints as 3.6000000000000003e-06.
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 func (p *progress) stop() {
 	close(p.done)

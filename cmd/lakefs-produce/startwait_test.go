@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/stage"
 )
 
 // closedEndpoint is an s3:// URL whose endpoint refuses connections.
@@ -107,5 +108,21 @@ func TestSignalWhileWaitingForStoreExits0(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "waiting for it") {
 		t.Fatalf("run did not wait for the store:\n%s", errb.String())
+	}
+}
+
+// TestProgressLogRounded (issue 47 item 10): the progress log's rates are
+// rounded (it printed mb_per_s=3.6000000000000003e-06).
+func TestProgressLogRounded(t *testing.T) {
+	var buf strings.Builder
+	p := &progress{out: &buf, logger: newLogger(&buf, false), done: make(chan struct{})}
+	p.batch(stage.BatchEvent{Name: "b", Step: 0, Bytes: 36})
+	p.commits, p.tgbs = 3, 1
+	p.report(10 * time.Second)
+	line := buf.String()
+	for _, want := range []string{"mb_per_s=0 ", "batches_per_s=0.1 ", "mean_group=0.333 "} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("progress line %q; want %q", line, want)
+		}
 	}
 }
