@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,7 @@ func Run(ctx context.Context, o RunOptions) error {
 }
 
 func run(ctx context.Context, o RunOptions, waits *storeWaits) error {
-	unlock, err := o.lock(ctx)
+	unlock, err := o.lock(ctx, waits)
 	if err != nil {
 		return err
 	}
@@ -179,13 +180,15 @@ func run(ctx context.Context, o RunOptions, waits *storeWaits) error {
 // lock takes the staging directory, waiting for another holder when
 // WaitForLock: exiting would hand the wait to a supervisor's restart loop
 // (hundreds of restarts while a stopped incarnation held it).
-func (o *RunOptions) lock(ctx context.Context) (func(), error) {
+func (o *RunOptions) lock(ctx context.Context, waits *storeWaits) (func(), error) {
 	b := backoff.New(storeWait)
+	defer waits.set(waitLock, nil)
 	for attempt := 1; ; attempt++ {
 		unlock, err := o.Tree.Lock(o.ProducerID)
 		if err == nil || !errors.Is(err, ErrLocked) || !o.WaitForLock {
 			return unlock, err
 		}
+		waits.set(waitLock, err)
 		wait := b.Step()
 		o.Logger.Warn("staging directory held by another process; waiting for it", "attempt", attempt,
 			"retry_in_up_to", wait.Round(time.Millisecond), "cause", err)
@@ -714,14 +717,16 @@ func fileCRC(ctx context.Context, path string) (uint32, error) {
 	return h.Sum32(), nil
 }
 
-// What a run may be waiting for the store in; the gauge is on while any
-// of them is.
+// What a run may be waiting for the store in (or, at start, for the
+// staging directory); the gauge is on while any of them is.
 type waitSource int
 
 const (
 	waitRun      waitSource = iota // a pass stopped by a store error
 	waitHoldBack                   // the back-pressure check
 	waitTxn                        // uploads, commits, the producer's load (txn's own retries)
+	waitLock                       // the staging directory another process holds
+	numWaits
 )
 
 // storeWaits folds the run's waits for the store into one on/off report
@@ -731,16 +736,19 @@ type storeWaits struct {
 	report func(bool)
 
 	mu    sync.Mutex
-	on    [3]bool // GUARDED_BY(mu)
-	txnN  int     // GUARDED_BY(mu): txn's retry loops waiting now
-	cause error   // GUARDED_BY(mu): the newest store error waited on
-	was   bool    // GUARDED_BY(mu): what report was last told
+	on    [numWaits]bool // GUARDED_BY(mu)
+	txnN  int            // GUARDED_BY(mu): txn's retry loops waiting now
+	cause error          // GUARDED_BY(mu): the newest store error waited on
+	was   bool           // GUARDED_BY(mu): what report was last told
 }
 
 func (w *storeWaits) set(src waitSource, cause error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.on[src] = cause != nil
+	if src == waitLock {
+		cause = nil // not the store's error: kept out of a deadline's message
+	}
 	w.changedLocked(cause)
 }
 
@@ -766,7 +774,7 @@ func (w *storeWaits) changedLocked(cause error) {
 	if cause != nil {
 		w.cause = cause
 	}
-	now := w.on[waitRun] || w.on[waitHoldBack] || w.on[waitTxn]
+	now := slices.Contains(w.on[:], true)
 	if now != w.was && w.report != nil {
 		w.report(now)
 	}

@@ -75,6 +75,8 @@ func TestSignalWhileStoreDownReturns(t *testing.T) {
 			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
 		}
 	}
+	// Issue 43 item 8: the gauge shows the commit's wait inside txn.
+	eventually(t, "lakefs_produce_store_waiting on while the commit waits", waiting.Load)
 	cancel()
 	stopped := time.Now()
 	select {
@@ -178,4 +180,46 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// TestStoreWaitingDuringLockWait (issue 43 item 8): while run waits for a
+// staging directory another process holds, the gauge says it waits, and
+// drops when it got it.
+func TestStoreWaitingDuringLockWait(t *testing.T) {
+	e := newEnv(t)
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := other.Lock("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting atomic.Bool
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{Store: e.store, Log: e.log, Tree: tree, ProducerID: "p",
+			WaitForLock: true, Poll: 10 * time.Millisecond, StoreWaiting: waiting.Store})
+	}()
+	eventually(t, "the gauge on while the staging directory is held", waiting.Load)
+	unlock()
+	eventually(t, "the gauge off once run holds the directory", func() bool { return !waiting.Load() })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
