@@ -135,7 +135,7 @@ func run(ctx context.Context, o RunOptions, waits *storeWaits) error {
 		return fmt.Errorf("sweeping the staging tree: %w", err)
 	}
 	p, err := txn.OpenProducer(ctx, o.Log, txn.ProducerOptions{
-		ID: o.ProducerID, Logger: o.Logger, Observe: o.Observe, // TODO(lead): OnStoreWait: waits.txn,
+		ID: o.ProducerID, Logger: o.Logger, Observe: o.Observe, OnStoreWait: waits.txn,
 	})
 	if err != nil {
 		return err

@@ -4,44 +4,62 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/lakestream/lakestream/internal/backoff"
 )
 
-// backoff is capped exponential backoff with full jitter, for transient
-// store errors.
-type backoff struct {
-	next time.Duration
+// retryWait paces retries of store calls that failed in a way waiting may
+// cure (internal/backoff), and tells the producer's OnStoreWait, when one
+// is on the context, that it waits and, at done, that it got through.
+type retryWait struct {
+	b       *backoff.Backoff
+	report  func(waiting bool, cause error)
+	waiting bool
 }
 
-const (
-	backoffMin = 20 * time.Millisecond
-	backoffMax = 5 * time.Second
-)
+// storeRetry is the pacing of txn's retries of store calls.
+var storeRetry = backoff.Policy{First: 20 * time.Millisecond, Max: 5 * time.Second}
 
-func newBackoff() *backoff { return &backoff{next: backoffMin} }
+// storeWaitKey carries a ProducerOptions.OnStoreWait on the contexts of a
+// producer's calls, so that every retry loop under them (upload, commit,
+// log reads, load and register) reports its waits without threading the
+// hook through each function: the context carries the caller's hook as
+// net/http/httptrace carries a request's.
+type storeWaitKey struct{}
 
-func (b *backoff) wait(ctx context.Context) error {
-	d := time.Duration(rand.Int64N(int64(b.next)) + 1)
-	b.next = min(b.next*2, backoffMax)
-	return sleep(ctx, d)
-}
-
-// waitShort spreads retries after a lost race over a few milliseconds.
-func (b *backoff) waitShort(ctx context.Context) error {
-	return sleep(ctx, time.Duration(rand.Int64N(int64(5*time.Millisecond))))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
+func withStoreWait(ctx context.Context, report func(bool, error)) context.Context {
+	if report == nil {
+		return ctx
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	return context.WithValue(ctx, storeWaitKey{}, report)
+}
+
+func newRetryWait(ctx context.Context) *retryWait {
+	report, _ := ctx.Value(storeWaitKey{}).(func(bool, error))
+	return &retryWait{b: backoff.New(storeRetry), report: report}
+}
+
+// wait sleeps before the next attempt after cause, or until ctx ends.
+func (r *retryWait) wait(ctx context.Context, cause error) error {
+	if r.report != nil && !r.waiting {
+		r.waiting = true
+		r.report(true, cause)
 	}
+	return r.b.Wait(ctx)
+}
+
+// done ends the wait, if one was reported (deferred by each retry loop).
+func (r *retryWait) done() {
+	if r != nil && r.waiting {
+		r.waiting = false
+		r.report(false, nil)
+	}
+}
+
+// waitShort spreads retries after a lost race over a few milliseconds: a
+// race lost is no store failure, and is not reported.
+func waitShort(ctx context.Context) error {
+	return backoff.Sleep(ctx, time.Duration(rand.Int64N(int64(5*time.Millisecond))))
 }
 
 // jitter returns d scaled by a uniform factor in [1, 1+spread].

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/store"
 )
 
@@ -82,11 +83,11 @@ type committer struct {
 	seenAt    time.Time
 	seenVer   uint64
 	seenTime  time.Time
-	startVer  uint64    // the version the committer started at
-	attempts  int       // creates since this committer's last version
-	roundAt   time.Time // when this committer's last round began
-	lostHelps int       // races lost by helping since this committer last created a version
-	errs      *backoff  // between failed version reads; nil after a success
+	startVer  uint64     // the version the committer started at
+	attempts  int        // creates since this committer's last version
+	roundAt   time.Time  // when this committer's last round began
+	lostHelps int        // races lost by helping since this committer last created a version
+	errs      *retryWait // between failed version reads; nil after a success
 
 	depth  map[string]depth    // tail reads per producer per round
 	active map[string]activity // what a producer's state was, and since when
@@ -173,7 +174,7 @@ func (p *Producer) waitWork(leading bool) bool {
 func (c *committer) lead(ctx context.Context) error {
 	gap := jitter(c.rtt.or(defaultRTT)/2, 1)
 	if wait := max(c.paceD-time.Since(c.roundAt), gap-time.Since(c.seenAt)); wait > 0 {
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -217,7 +218,7 @@ func (c *committer) follow(ctx context.Context) error {
 		c.logger.Debug("versions leave this producer's TGB out; committing it", "version", c.st.Version+1)
 		return c.round(ctx)
 	}
-	if err := sleep(ctx, time.Until(expect)); err != nil {
+	if err := backoff.Sleep(ctx, time.Until(expect)); err != nil {
 		return err
 	}
 	for {
@@ -235,9 +236,9 @@ func (c *committer) follow(ctx context.Context) error {
 		}
 		gap := max(iv/2, rtt/2)
 		if c.errs != nil {
-			gap = c.errs.next // the store is failing: poll no faster than the backoff
+			gap = c.errs.b.Step() // the store is failing: poll no faster than the backoff
 		}
-		if err := sleep(ctx, min(gap, left)); err != nil {
+		if err := backoff.Sleep(ctx, min(gap, left)); err != nil {
 			return err
 		}
 	}
@@ -290,18 +291,20 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			c.rtt.add(time.Since(start), 0.1)
+			c.errs.done()
 			st.seenHead, c.errs = start, nil
 			return moved, nil
 		case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
 			return moved, err
 		case err != nil:
 			if c.errs == nil {
-				c.errs = newBackoff()
+				c.errs = newRetryWait(ctx)
 			}
 			c.logger.Warn("reading the log failed; retrying", "err", err)
-			return moved, c.errs.wait(ctx)
+			return moved, c.errs.wait(ctx, err)
 		}
 		c.rtt.add(time.Since(start), 0.1)
+		c.errs.done()
 		c.errs = nil
 		if err := st.Apply(v); err != nil {
 			return moved, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
@@ -371,7 +374,7 @@ func (c *committer) commitSolo(ctx context.Context) error {
 	}
 	if out == lostRace {
 		c.saw(time.Now(), nil)
-		return newBackoff().waitShort(ctx)
+		return waitShort(ctx)
 	}
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
 	c.saw(time.Now(), v)

@@ -49,7 +49,8 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	}
 	body := encode(v)
 	key := VersionKey(v.Version)
-	bo := newBackoff()
+	bo := newRetryWait(ctx)
+	defer bo.done()
 	for {
 		started := l.now()
 		err := store.CreateBytes(ctx, l.Store, key, body)
@@ -83,15 +84,15 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			case errors.Is(rerr, ErrCorrupt):
 				return 0, rerr
 			default:
-				if err := bo.wait(ctx); err != nil {
+				if err := bo.wait(ctx, rerr); err != nil {
 					return 0, fmt.Errorf("resolving commit %s: %w (last: %v)", key, err, rerr)
 				}
 				continue
 			}
 			break
 		}
-		if err := bo.wait(ctx); err != nil {
-			return 0, fmt.Errorf("commit %s: %w", key, err)
+		if werr := bo.wait(ctx, err); werr != nil {
+			return 0, fmt.Errorf("commit %s: %w", key, werr)
 		}
 	}
 }
@@ -99,7 +100,8 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 // refreshRetry refreshes st, retrying transient store errors with backoff
 // until ctx ends. Corrupt records are returned at once.
 func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (int, error) {
-	bo := newBackoff()
+	bo := newRetryWait(ctx)
+	defer bo.done()
 	total := 0
 	for {
 		n, err := l.Refresh(ctx, st)
@@ -111,7 +113,7 @@ func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (in
 			return total, fmt.Errorf("reading the log: %w", ctx.Err())
 		}
 		log.Warn("reading the log failed; retrying", "err", err)
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := bo.wait(ctx, err); werr != nil {
 			return total, fmt.Errorf("%w (last: %v)", werr, err)
 		}
 	}
@@ -127,7 +129,6 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 	if log == nil {
 		log = slog.Default()
 	}
-	bo := newBackoff()
 	for {
 		v, err := build(st)
 		if err != nil || v == nil {
@@ -148,7 +149,7 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 			return v, nil
 		}
 		v.Txn = "" // a rebuilt version is a new transaction
-		if err := bo.waitShort(ctx); err != nil {
+		if err := waitShort(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -33,6 +33,12 @@ type ProducerOptions struct {
 	// Observe, if set, is called by the committer whenever it creates a
 	// version or learns that some of this producer's TGBs are committed.
 	Observe func(CommitStats)
+	// OnStoreWait, if set, is told when one of the producer's retry loops
+	// (load and register, uploads, commits, log reads) starts waiting out
+	// a store error (waiting true, with the error) and when that loop gets
+	// through or gives up (waiting false): once each per wait, from the
+	// loop's goroutine, so several may be on at once.
+	OnStoreWait func(waiting bool, cause error)
 }
 
 // CommitStats reports one step of a producer's progress: a version it
@@ -110,6 +116,7 @@ type Producer struct {
 	resume   Resume
 	logger   *slog.Logger
 	observe  func(CommitStats)
+	onWait   func(bool, error) // ProducerOptions.OnStoreWait
 
 	appendMu sync.Mutex // serialises seq assignment, uploads and queueing
 	// limbo is an upload whose outcome is unknown (its Append ended with
@@ -150,6 +157,7 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 		opts.Logger = slog.Default()
 	}
 	logger := opts.Logger.With("producer", opts.ID)
+	ctx = withStoreWait(ctx, opts.OnStoreWait)
 	loading := time.Now()
 	st, err := loadRetry(ctx, l, logger)
 	loadTook := time.Since(loading)
@@ -180,6 +188,7 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 		resume:   Resume{Epoch: ps.Epoch, Seq: ps.Seq, Cursor: ps.Cursor, Recent: slices.Clone(ps.Recent)},
 		logger:   logger.With("epoch", v.Writer.Epoch),
 		observe:  opts.Observe,
+		onWait:   opts.OnStoreWait,
 		nextSeq:  ps.Seq + 1,
 		status:   summarise(st),
 		cancel:   cancel,
@@ -199,14 +208,15 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 }
 
 func loadRetry(ctx context.Context, l *Log, logger *slog.Logger) (*State, error) {
-	bo := newBackoff()
+	bo := newRetryWait(ctx)
+	defer bo.done()
 	for {
 		st, err := l.Load(ctx)
 		if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrInvalid) {
 			return st, err
 		}
 		logger.Warn("loading the stream state failed; retrying", "err", err)
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := bo.wait(ctx, err); werr != nil {
 			return nil, fmt.Errorf("%w (last: %v)", werr, err)
 		}
 	}
@@ -256,6 +266,7 @@ func (p *Producer) Append(ctx context.Context, b Batch) (*Pending, error) {
 	if len(b.Cursor) > maxCursorLen || len(b.Name) > maxNameLen {
 		return nil, fmt.Errorf("%w: batch %.64q: a name over %d bytes or a cursor over %d bytes", ErrSource, b.Name, maxNameLen, maxCursorLen)
 	}
+	ctx = withStoreWait(ctx, p.onWait)
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
 	if err := p.usable(); err != nil {
@@ -345,7 +356,8 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch, nonce string
 	}
 	tgb := &TGB{Producer: p.id, Epoch: p.epoch, Seq: seq, Batch: b.Name, Cursor: b.Cursor}
 	key := ObjectKey(p.id, p.epoch, seq)
-	bo := newBackoff()
+	bo := newRetryWait(ctx)
+	defer bo.done()
 	for {
 		var desc *announcement
 		if p.log.Config.combining() {
@@ -372,7 +384,7 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch, nonce string
 			return nil, fmt.Errorf("uploading %s: %w", key, err)
 		}
 		p.logger.Warn("upload failed; retrying", "key", key, "err", err)
-		if werr := bo.wait(ctx); werr != nil {
+		if werr := bo.wait(ctx, err); werr != nil {
 			return nil, fmt.Errorf("uploading %s: %w (last: %v)", key, werr, err)
 		}
 	}
