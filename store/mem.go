@@ -167,7 +167,7 @@ func (s *memStore) Delete(ctx context.Context, keys ...string) error {
 			return err
 		}
 	}
-	if err := ctxErr(ctx, "delete", strings.Join(keys, ",")); err != nil {
+	if err := ctxErr(ctx, "delete", keysName(keys)); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -12,13 +12,16 @@ import (
 // does not honour create-if-absent and commits on it would be unsafe.
 var ErrNoAtomicCreate = errors.New("store does not honour create-if-absent")
 
+// ProbePrefix holds Probe's keys, under a stream's root.
+const ProbePrefix = "_probe/"
+
 // Probe checks that s really honours create-if-absent: it creates a fresh
 // key under _probe/ twice; the second create must fail with ErrExists. The
 // probe key is removed afterwards. Commands run it before they write.
 func Probe(ctx context.Context, s Store) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	key := "_probe/" + hex.EncodeToString(rnd[:])
+	key := ProbePrefix + hex.EncodeToString(rnd[:])
 	defer s.Delete(context.WithoutCancel(ctx), key) //nolint:errcheck // best effort; gc sweeps leftovers
 	if err := CreateBytes(ctx, s, key, []byte("first")); err != nil {
 		return fmt.Errorf("create-if-absent probe: first create of %s: %w", key, err)

@@ -772,7 +772,7 @@ func (s *s3Store) Delete(ctx context.Context, keys ...string) error {
 			return err
 		}
 	}
-	if err := ctxErr(ctx, "delete", strings.Join(keys, ",")); err != nil {
+	if err := ctxErr(ctx, "delete", keysName(keys)); err != nil {
 		return err
 	}
 	for start := 0; start < len(keys); start += deleteBatch {

@@ -329,6 +329,18 @@ func walkPages(ctx context.Context, s Store, prefix, after string, fn func(Info)
 
 // ctxErr wraps a done context's error so callers can test errors.Is(err,
 // context.Canceled).
+// keysName names a batch of keys in one short line: a delete of a
+// thousand keys must not print them all in its error.
+func keysName(keys []string) string {
+	switch len(keys) {
+	case 0:
+		return "(no keys)"
+	case 1:
+		return keys[0]
+	}
+	return fmt.Sprintf("%d keys (%s ...)", len(keys), keys[0])
+}
+
 func ctxErr(ctx context.Context, op, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s %s: %w", op, key, err)

@@ -447,6 +447,10 @@ func (c *committer) build(ctx context.Context) (*Version, error) {
 		added := false
 		for _, l := range lists {
 			if i < len(l) && len(v.TGBs) < c.maxGroup {
+				if next+int64(len(v.TGBs)) > MaxStep {
+					return nil, fmt.Errorf("%w (%d): step %d cannot be committed, nor any after it; create a new stream (init --first-step takes up to %d)",
+						ErrStepsExhausted, int64(MaxStep), next, int64(MaxStep))
+				}
 				t := *l[i] // a fresh copy per attempt: Apply stamps the time
 				t.Step, t.Time = next+int64(len(v.TGBs)), v.Time
 				v.TGBs = append(v.TGBs, &t)

@@ -25,6 +25,16 @@ const FormatVersion = 3
 // minFormat is the oldest format this build reads and writes.
 const minFormat = 2
 
+// MaxStep is the highest step a stream may reach: 2^53-1, the largest
+// integer that readers holding JSON numbers as doubles (jq, JavaScript)
+// read exactly, and far past any training run (a step a millisecond for
+// 285,000 years). A first step above it is refused, and so is a commit
+// that would pass it, rather than wrap into negative steps.
+const MaxStep = 1<<53 - 1
+
+// ErrStepsExhausted: a commit would pass MaxStep.
+var ErrStepsExhausted = errors.New("the stream has reached its highest step")
+
 // Object keys under the stream root.
 const (
 	StreamKey   = "_stream.json"
@@ -121,8 +131,8 @@ func (c *StreamConfig) validate() error {
 		return fmt.Errorf("format %d with reader version %d and writer version %d is not a valid combination", c.Format, r, c.writerVersion())
 	case c.Ranks < 1 || c.Ranks > MaxRanks:
 		return fmt.Errorf("ranks %d out of range [1,%d]", c.Ranks, MaxRanks)
-	case c.FirstStep < 0:
-		return fmt.Errorf("first step %d is negative", c.FirstStep)
+	case c.FirstStep < 0 || c.FirstStep > MaxStep:
+		return fmt.Errorf("first step %d out of range [0,%d]", c.FirstStep, MaxStep)
 	case c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize:
 		return fmt.Errorf("chunk size %d out of range [4KiB,1GiB]", c.ChunkSize)
 	case c.SnapshotEvery < 1:

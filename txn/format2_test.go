@@ -60,7 +60,7 @@ func TestFormat2StreamKeepsWorking(t *testing.T) {
 			t.Fatalf("step %d: shared files %+v", tgb.Step, shared)
 		}
 	}
-	rep, err := txn.Verify(ctx, l, 4)
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 4})
 	if err != nil || len(rep.Problems) > 0 {
 		t.Fatalf("verify: %v %v", err, rep)
 	}
@@ -109,7 +109,7 @@ func TestFormat2StreamKeepsWorking(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(cfg), `{"format":2,`) || strings.Contains(string(cfg), "writer_version") {
 		t.Fatalf("_stream.json changed: %s %v", cfg, err)
 	}
-	rep, err = txn.Verify(ctx, l, 4)
+	rep, err = txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 4})
 	if err != nil || len(rep.Problems) > 0 {
 		t.Fatalf("verify after producing: %v %v", err, rep)
 	}

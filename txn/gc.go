@@ -27,6 +27,9 @@ type GCOptions struct {
 	// Force reclaims what the checkpoints allow even at or above the step
 	// of a live consumer (one whose heartbeat is fresh).
 	Force bool
+	// Progress, if set, is told how many keys a long phase has handled so
+	// far ("log objects listed", "old log objects deleted").
+	Progress func(phase string, n int64)
 }
 
 // ConsumerHold is a live consumer whose position holds reclamation back.
@@ -59,6 +62,13 @@ type GCReport struct {
 	HeldBy       []ConsumerHold `json:"held_by"`
 	AllowedBelow *int64         `json:"allowed_below"`
 	Forced       bool           `json:"forced"`
+	// NotDeleted counts the keys a failed (or interrupted) gc was
+	// deleting when it stopped; the next gc deletes them.
+	NotDeleted int `json:"not_deleted,omitempty"`
+	// ForeignStreams are roots of other streams found under data/ (a
+	// stream created inside this one's prefix): nothing under them is
+	// deleted.
+	ForeignStreams []string `json:"foreign_streams,omitempty"`
 }
 
 // ConsumerHolds returns the live consumers (heartbeat younger than
@@ -125,20 +135,34 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	if st, err = g.reclaim(ctx, st); err != nil {
 		return nil, err
 	}
-	if err := g.purgeReclaimed(ctx, st); err != nil {
-		return nil, err
-	}
-	if err := g.sweepLog(ctx); err != nil {
-		return nil, err
-	}
-	if err := g.sweepOrphans(ctx, st); err != nil {
-		return nil, err
-	}
-	if err := g.abortStaleUploads(ctx); err != nil {
-		return nil, err
+	// From here on a failure (or a signal) leaves a committed reclamation
+	// and deletes not done: the report so far comes back with the error,
+	// so the caller can say what a rerun will do.
+	g.rep.Version = st.Version
+	for _, phase := range []func(context.Context, *State) error{g.purgeReclaimed, g.sweepLog, g.sweepOrphans, g.abortStaleUploads} {
+		if err := phase(ctx, st); err != nil {
+			return g.rep, err
+		}
 	}
 	g.rep.Version = st.Version
 	return g.rep, nil
+}
+
+// progress reports n keys handled so far in phase, if asked to.
+func (g *gcRun) progress(phase string, n int) {
+	if g.Progress != nil {
+		g.Progress(phase, int64(n))
+	}
+}
+
+// deleteKeys deletes keys for phase, counting them as not deleted when the
+// delete fails (a rerun deletes them).
+func (g *gcRun) deleteKeys(ctx context.Context, keys []string) error {
+	if err := g.l.Store.Delete(ctx, keys...); err != nil {
+		g.rep.NotDeleted += len(keys)
+		return err
+	}
+	return nil
 }
 
 // gcRun is one GC: its options (Now set) and the report its phases fill.
@@ -210,7 +234,7 @@ func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 	if g.DryRun {
 		return nil
 	}
-	if err := g.l.Store.Delete(ctx, due...); err != nil {
+	if err := g.deleteKeys(ctx, due); err != nil {
 		return fmt.Errorf("deleting reclaimed data: %w", err)
 	}
 	purged := make(map[string]bool, len(due))
@@ -239,20 +263,20 @@ func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 
 // sweepLog deletes the log objects no reader needs (see gcLog), a batch
 // at a time as the listing goes.
-func (g *gcRun) sweepLog(ctx context.Context) error {
+func (g *gcRun) sweepLog(ctx context.Context, _ *State) error {
 	return g.l.gcLog(ctx, g.Now(), func(keys []string) error {
-		g.rep.LogDeletedCount += len(keys)
 		if room := maxReportedKeys - len(g.rep.LogDeleted); room > 0 {
 			g.rep.LogDeleted = append(g.rep.LogDeleted, keys[:min(room, len(keys))]...)
 		}
-		if g.DryRun {
-			return nil
+		if !g.DryRun {
+			if err := g.deleteKeys(ctx, keys); err != nil {
+				return fmt.Errorf("deleting old log objects: %w", err)
+			}
 		}
-		if err := g.l.Store.Delete(ctx, keys...); err != nil {
-			return fmt.Errorf("deleting old log objects: %w", err)
-		}
+		g.rep.LogDeletedCount += len(keys)
+		g.progress("old log objects deleted", g.rep.LogDeletedCount)
 		return nil
-	})
+	}, func(n int) { g.progress("log objects listed", n) })
 }
 
 // maxReportedKeys bounds the log keys a GCReport names.
@@ -266,15 +290,15 @@ func (g *gcRun) sweepOrphans(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	orphans, bytes, err := g.l.orphans(ctx, st, g.Now().Add(-g.Grace))
+	orphans, bytes, foreign, err := g.l.orphans(ctx, st, g.Now().Add(-g.Grace))
 	if err != nil {
 		return err
 	}
-	g.rep.Orphans, g.rep.Bytes = orphans, g.rep.Bytes+bytes
+	g.rep.Orphans, g.rep.Bytes, g.rep.ForeignStreams = orphans, g.rep.Bytes+bytes, foreign
 	if g.DryRun {
 		return nil
 	}
-	if err := g.l.Store.Delete(ctx, orphans...); err != nil {
+	if err := g.deleteKeys(ctx, orphans); err != nil {
 		return fmt.Errorf("deleting orphans: %w", err)
 	}
 	return nil
@@ -284,7 +308,7 @@ func (g *gcRun) sweepOrphans(ctx context.Context, st *State) error {
 // than Grace ago: a writer killed mid-upload leaves its parts, billed and
 // in no object listing. A live upload that old is aborted too; its writer
 // sees the failure and uploads again.
-func (g *gcRun) abortStaleUploads(ctx context.Context) error {
+func (g *gcRun) abortStaleUploads(ctx context.Context, _ *State) error {
 	ul, ok := g.l.Store.(store.UploadLister)
 	if !ok {
 		return nil
@@ -336,7 +360,7 @@ func sizes(ctx context.Context, s store.Store, keys []string) int64 {
 // one listed (else the newest), so an old version is kept or dropped when
 // the next snapshot is listed, and an old snapshot once a later one is. A
 // log of a million versions nobody swept is swept in a few MiB.
-func (l *Log) gcLog(ctx context.Context, now time.Time, del func([]string) error) error {
+func (l *Log) gcLog(ctx context.Context, now time.Time, del func([]string) error, listed func(int)) error {
 	old := func(mod time.Time) bool { return now.Sub(mod) > LogRetention }
 	var (
 		pending []uint64 // old versions since the last snapshot
@@ -352,7 +376,11 @@ func (l *Log) gcLog(ctx context.Context, now time.Time, del func([]string) error
 		batch = batch[:0]
 		return err
 	}
+	n := 0
 	err := store.Walk(ctx, l.Store, LogPrefix, "", func(o store.Info) error {
+		if n++; n%1000 == 0 {
+			listed(n)
+		}
 		if v, ok := ParseVersionKey(o.Key); ok {
 			if !kept && old(o.ModTime) {
 				pending = append(pending, v)
@@ -395,13 +423,14 @@ func (l *Log) gcLog(ctx context.Context, now time.Time, del func([]string) error
 const maxDeleteBatch = 1000
 
 // orphans lists data objects that no version references and that no commit
-// can reference any more, last modified before cutoff. A pack
+// can reference any more, last modified before cutoff, outside the roots
+// of other streams found under data/ (foreign, also returned). A pack
 // data/<p>/<epoch>/<seq>/... may still be committed if producer p's current
 // incarnation is <epoch> and <seq> is beyond its committed seq: its
 // committer may be retrying (a lost response, a store outage). Such objects
 // wait until that incarnation is superseded; every other unreferenced pack
 // is garbage once it is older than the grace period.
-func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]string, int64, error) {
+func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) (out []string, bytes int64, foreign []string, err error) {
 	live := map[string]bool{}
 	for _, t := range st.Steps {
 		live[t.Object.Key] = true
@@ -411,20 +440,30 @@ func (l *Log) orphans(ctx context.Context, st *State, cutoff time.Time) ([]strin
 			live[k] = true
 		}
 	}
-	var out []string
-	var bytes int64
-	err := store.Walk(ctx, l.Store, DataPrefix, "", func(o store.Info) error {
+	var candidates []store.Info
+	err = store.Walk(ctx, l.Store, DataPrefix, "", func(o store.Info) error {
+		if root, ok := streamRoot(o.Key); ok {
+			foreign = append(foreign, root)
+		}
 		if live[o.Key] || !o.ModTime.Before(cutoff) || !orphanable(st, o.Key) {
 			return nil
 		}
-		out = append(out, o.Key)
-		bytes += o.Size
+		candidates = append(candidates, o)
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("listing %s: %w", DataPrefix, err)
+		return nil, 0, nil, fmt.Errorf("listing %s: %w", DataPrefix, err)
 	}
-	return out, bytes, nil
+	// Another stream's objects are never ours to delete, whatever their
+	// names: its _stream.json sorts after its _log/, so this is judged
+	// once the listing is whole.
+	for _, o := range candidates {
+		if !under(o.Key, foreign) {
+			out = append(out, o.Key)
+			bytes += o.Size
+		}
+	}
+	return out, bytes, foreign, nil
 }
 
 func orphanable(st *State, key string) bool {

@@ -136,7 +136,7 @@ func gcSameSet(a, b []string) bool {
 // the window). It returns the state.
 func gcCheck(t *testing.T, l *txn.Log) *txn.State {
 	t.Helper()
-	rep, err := txn.Verify(t.Context(), l, 8)
+	rep, err := txn.Verify(t.Context(), l, txn.VerifyOptions{Parallel: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestGCLogStreams(t *testing.T) {
 		batches++
 		got = append(got, keys...)
 		return nil
-	})
+	}, func(int) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestGCLogStreams(t *testing.T) {
 	}
 
 	g := &gcRun{l: l, GCOptions: GCOptions{Now: func() time.Time { return now }}, rep: &GCReport{}}
-	if err := g.sweepLog(context.WithoutCancel(ctx)); err != nil {
+	if err := g.sweepLog(context.WithoutCancel(ctx), nil); err != nil {
 		t.Fatal(err)
 	}
 	if g.rep.LogDeletedCount != len(want) || len(g.rep.LogDeleted) != maxReportedKeys {

@@ -180,21 +180,34 @@ func filesIn(p *Pack, lo, hi int64) string {
 // VerifyPack checks data (a whole pack's bytes) against the pack's chunk
 // and file CRCs.
 func VerifyPack(p *Pack, data []byte, chunkSize int64) error {
+	return errors.Join(packProblems(p, data, chunkSize)...)
+}
+
+// packProblems is every mismatch in data: each chunk whose CRC32C is
+// wrong (naming the files it holds), then, where every chunk is right,
+// each file whose own CRC32C is wrong (a manifest that disagrees with
+// itself). A reader of the mount gets EIO for every one of them, so a
+// check names them all, not the first.
+func packProblems(p *Pack, data []byte, chunkSize int64) []error {
 	if int64(len(data)) != p.Size {
-		return fmt.Errorf("pack %s: %d bytes, manifest says %d", p.Key, len(data), p.Size)
+		return []error{fmt.Errorf("pack %s: %d bytes, manifest says %d", p.Key, len(data), p.Size)}
 	}
+	var out []error
 	for i, want := range p.Chunks {
 		lo := int64(i) * chunkSize
 		hi := min(lo+chunkSize, p.Size)
 		if got := CRC32C(data[lo:hi]); got != want {
-			return fmt.Errorf("pack %s chunk %d (object bytes %d-%d%s): CRC32C %08x, manifest says %08x",
-				p.Key, i, p.Off+lo, p.Off+hi-1, filesIn(p, lo, hi), got, want)
+			out = append(out, fmt.Errorf("pack %s chunk %d (object bytes %d-%d%s): CRC32C %08x, manifest says %08x",
+				p.Key, i, p.Off+lo, p.Off+hi-1, filesIn(p, lo, hi), got, want))
 		}
+	}
+	if len(out) > 0 {
+		return out
 	}
 	for _, f := range p.Files {
 		if got := CRC32C(data[f.Off : f.Off+f.Size]); got != f.CRC {
-			return fmt.Errorf("pack %s file %s: CRC32C %08x, manifest says %08x", p.Key, f.Name, got, f.CRC)
+			out = append(out, fmt.Errorf("pack %s file %s: CRC32C %08x, manifest says %08x", p.Key, f.Name, got, f.CRC))
 		}
 	}
-	return nil
+	return out
 }

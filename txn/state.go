@@ -176,6 +176,9 @@ func (s *State) check(v *Version) error {
 		if t.Step != next+int64(i) {
 			return fmt.Errorf("TGB at step %d, the next step is %d (gap or duplicate)", t.Step, next+int64(i))
 		}
+		if t.Step > MaxStep {
+			return fmt.Errorf("TGB at step %d, past the highest step %d", t.Step, MaxStep)
+		}
 		tp := s.Producers[t.Producer]
 		if tp == nil || tp.Epoch != t.Epoch {
 			return fmt.Errorf("step %d: TGB of %s epoch %d, which is not the producer's registered epoch", t.Step, t.Producer, t.Epoch)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -163,11 +164,19 @@ type VerifyReport struct {
 	Problems []Problem `json:"problems"`
 }
 
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	Parallel int // objects read at once (at least 1)
+	// Progress, if set, is told the objects checked so far and their
+	// number, after each one; it is called from several goroutines.
+	Progress func(done, total int64)
+}
+
 // Verify checks the log (Load validates every record it reads: format,
 // contiguous steps, names, sizes), then that every live pack exists with
 // its recorded size and that every chunk's and file's CRC32C matches. A
 // log that cannot be read is an error; everything else is a Problem.
-func Verify(ctx context.Context, l *Log, parallel int) (*VerifyReport, error) {
+func Verify(ctx context.Context, l *Log, o VerifyOptions) (*VerifyReport, error) {
 	st, err := l.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -176,11 +185,16 @@ func Verify(ctx context.Context, l *Log, parallel int) (*VerifyReport, error) {
 	rep.Objects = len(st.Steps)
 	problems := make([][]Problem, len(st.Steps))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(parallel, 1))
+	g.SetLimit(max(o.Parallel, 1))
+	var done atomic.Int64
+	total := int64(len(st.Steps))
 	for i, t := range st.Steps {
 		rep.Bytes += t.Object.Size
 		g.Go(func() error {
 			problems[i] = l.verifyObject(gctx, t)
+			if o.Progress != nil {
+				o.Progress(done.Add(1), total)
+			}
 			return gctx.Err()
 		})
 	}
@@ -225,16 +239,17 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 	var out []Problem
 	for r, p := range ranks {
 		data, err := l.Store.GetRange(ctx, key, p.Off, p.Size)
+		errs := []error{err}
 		if err == nil {
-			err = VerifyPack(p, data, l.Config.ChunkSize)
+			errs = packProblems(p, data, l.Config.ChunkSize)
 		}
-		if err != nil {
-			// Chunks and offsets count from the start of the region, so
-			// every rank's look alike: name the rank.
-			where := fmt.Sprintf("step %d rank %d", t.Step, r)
-			if r >= nranks {
-				where = fmt.Sprintf("step %d step-level files", t.Step)
-			}
+		// Chunks and offsets count from the start of the region, so
+		// every rank's look alike: name the rank.
+		where := fmt.Sprintf("step %d rank %d", t.Step, r)
+		if r >= nranks {
+			where = fmt.Sprintf("step %d step-level files", t.Step)
+		}
+		for _, err := range errs {
 			out = append(out, Problem{key, where + ": " + err.Error()})
 		}
 	}

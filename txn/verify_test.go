@@ -44,7 +44,7 @@ func TestVerifyNamesRank(t *testing.T) {
 	if err := store.PutBytes(ctx, s, tgb.Object.Key, obj); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := txn.Verify(ctx, l, 2)
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestVerifyChecksSelfDescription(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgb, _ := st.Step(0)
-	if rep, err := txn.Verify(ctx, l, 1); err != nil || len(rep.Problems) > 0 {
+	if rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 1}); err != nil || len(rep.Problems) > 0 {
 		t.Fatalf("verify of an intact stream: %v %v", err, rep.Problems)
 	}
 	obj, err := store.ReadAll(ctx, s, tgb.Object.Key)
@@ -92,11 +92,65 @@ func TestVerifyChecksSelfDescription(t *testing.T) {
 	if err := store.PutBytes(ctx, s, tgb.Object.Key, obj); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := txn.Verify(ctx, l, 1)
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Problems) != 1 || rep.Problems[0].Object != tgb.Object.Key || !strings.Contains(rep.Problems[0].What, "self-description") {
 		t.Fatalf("problems %v: want one naming %s's self-description", rep.Problems, tgb.Object.Key)
+	}
+}
+
+// TestVerifyNamesEveryCorruptChunk (issue 47 item 6): two files of one
+// rank corrupted, in different chunks, are two problems naming each file
+// (a read through the mount gets EIO for both); before, verify stopped at
+// the first chunk of each rank.
+func TestVerifyNamesEveryCorruptChunk(t *testing.T) {
+	ctx := t.Context()
+	s, err := store.Open(ctx, "mem://verify-every")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 4 << 10
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: 1, ChunkSize: chunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("y"), 2*chunk)
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txn.Batch{Name: "b", Cursor: "b",
+		Ranks: [][]txn.FileSource{{txn.BytesFile("first.bin", body), txn.BytesFile("second.bin", body)}}})
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgb, _ := st.Step(0)
+	ranks, _, err := l.Packs(ctx, tgb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := store.ReadAll(ctx, s, tgb.Object.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range ranks[0].Files {
+		obj[ranks[0].Off+f.Off+10] ^= 0xff
+	}
+	if err := store.PutBytes(ctx, s, tgb.Object.Key, obj); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, p := range rep.Problems {
+		for _, f := range []string{"first.bin", "second.bin"} {
+			if strings.Contains(p.What, f) {
+				named[f] = true
+			}
+		}
+	}
+	if len(rep.Problems) != 2 || !named["first.bin"] || !named["second.bin"] {
+		t.Fatalf("verify of two corrupted files found %d problems %v; want two, naming first.bin and second.bin", len(rep.Problems), rep.Problems)
 	}
 }

@@ -53,12 +53,12 @@ below the step it reads, and names it; --force reclaims anyway.`,
 				return err
 			}
 			o.Store = c.String("store")
-			return gc(c.Context, o, c.App.Writer)
+			return gc(c.Context, o, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
 
-func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
+func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	if o.Grace < 0 {
 		return flagval.Usagef("--grace must not be negative (got %s)", o.Grace)
 	}
@@ -69,7 +69,13 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	now := time.Now
 	// The report below says everything; gc's own log lines would be a
 	// second, unstructured copy of it.
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: now, Logger: slog.New(slog.DiscardHandler)})
+	prog := newTaskProgress(stderr, "gc:")
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: now, Logger: slog.New(slog.DiscardHandler),
+		Progress: prog.phase})
+	prog.finish()
+	if err != nil && rep != nil && ctx.Err() != nil {
+		return gcInterrupted(rep, o.Grace)
+	}
 	if err != nil {
 		return err
 	}
@@ -106,6 +112,9 @@ func gc(ctx context.Context, o gcOptions, stdout io.Writer) error {
 	if more := rep.LogDeletedCount - len(rep.LogDeleted); more > 0 {
 		fmt.Fprintf(stdout, "%s %d more log objects\n", verb, more)
 	}
+	for _, root := range rep.ForeignStreams {
+		fmt.Fprintf(stdout, "left alone: another stream at %s (its %s); gc never deletes inside it\n", root, txn.StreamKey)
+	}
 	abort := "aborted"
 	if o.DryRun {
 		abort = "would abort"
@@ -124,4 +133,16 @@ func holders(hs []txn.ConsumerHold) string {
 		parts[i] = fmt.Sprintf("consumer %s at step %d", h.Node, h.Step)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// gcInterrupted is the one line of a gc stopped by a signal after its
+// reclamation was decided: what is committed, how many deletes were cut
+// short, and that a rerun finishes them (never the keys themselves).
+func gcInterrupted(rep *txn.GCReport, grace time.Duration) error {
+	done := "nothing committed"
+	if rep.ReclaimedSteps > 0 {
+		done = fmt.Sprintf("the reclamation of %d steps below step %d is committed (version %d)", rep.ReclaimedSteps, rep.ReclaimedBelow, rep.Version)
+	}
+	return fmt.Errorf("gc interrupted: %s; %d deletes were cut short (%d old log objects deleted before); run gc again to delete what is left (reclaimed data and orphans older than --grace %s, old log objects)",
+		done, rep.NotDeleted, rep.LogDeletedCount, grace)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -58,8 +59,8 @@ func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.FirstStep < 0 {
-		return flagval.Usagef("--first-step must not be negative (got %d)", o.FirstStep)
+	if err := flagval.CheckCount("--first-step", o.FirstStep, 0, txn.MaxStep); err != nil {
+		return err
 	}
 	if o.RetainCheckpoints < 1 {
 		return flagval.Usagef("--retain-checkpoints must be at least 1 (got %d)", o.RetainCheckpoints)
@@ -70,6 +71,12 @@ func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 	}
 	s, err := openStore(ctx, o.Store)
 	if err != nil {
+		return err
+	}
+	if err := txn.CheckPlacement(ctx, o.Store, s); err != nil {
+		if errors.Is(err, txn.ErrNested) {
+			return flagval.Usage(err)
+		}
 		return err
 	}
 	l, err := txn.Create(ctx, s, txn.CreateOptions{

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -304,11 +303,7 @@ func newProgress(out io.Writer, mode string, logger *slog.Logger, head int64) *p
 	case "line":
 		p.live = true
 	case "auto":
-		if f, ok := out.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				p.live = true
-			}
-		}
+		p.live = isTerminal(out)
 	}
 	interval := 10 * time.Second
 	if p.live {

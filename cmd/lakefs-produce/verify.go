@@ -20,6 +20,10 @@ type verifyOptions struct {
 	JSON     bool
 }
 
+// maxParallel bounds --parallel: far above what one store connection pool
+// serves well.
+const maxParallel = 1024
+
 // errProblems: verify found problems (exit 1).
 var errProblems = errors.New("verify found problems")
 
@@ -31,7 +35,8 @@ func verifyCommand() *cli.Command {
 		UsageText: "lakefs-produce verify --store URL",
 		Description: `Reads the whole live state (validating every log record), then every live
 pack: that it exists, has its recorded size, and that each chunk's and each
-file's CRC32C matches the manifest. Exits non-zero naming each problem.`,
+file's CRC32C matches the manifest. Exits non-zero naming each problem.
+A run longer than two seconds shows its progress on stderr.`,
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.GenericFlag{Name: "parallel", Value: &flagval.Int[int]{P: &o.Parallel}, Usage: "objects read at once"},
@@ -42,17 +47,22 @@ file's CRC32C matches the manifest. Exits non-zero naming each problem.`,
 				return err
 			}
 			o.Store = c.String("store")
-			return verify(c.Context, o, c.App.Writer)
+			return verify(c.Context, o, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
 
-func verify(ctx context.Context, o verifyOptions, stdout io.Writer) error {
+func verify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) error {
+	if err := flagval.CheckCount("--parallel", int64(o.Parallel), 1, maxParallel); err != nil {
+		return err
+	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {
 		return err
 	}
-	rep, err := txn.Verify(ctx, l, o.Parallel)
+	prog := newTaskProgress(stderr, "verify: objects checked")
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: o.Parallel, Progress: prog.update})
+	prog.finish()
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
