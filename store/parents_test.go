@@ -1,7 +1,10 @@
 package store
 
 import (
+	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -16,5 +19,21 @@ func TestAncestors(t *testing.T) {
 		if got := Ancestors(url); !reflect.DeepEqual(got, want) {
 			t.Errorf("Ancestors(%s) = %v; want %v", url, got, want)
 		}
+	}
+}
+
+// TestDeleteErrorNamesNoKeys (issue 47 item 7): a delete of a thousand
+// keys stopped by a signal says how many, not every key (gc printed a
+// 100 KB line on Ctrl-C).
+func TestDeleteErrorNamesNoKeys(t *testing.T) {
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("_log/%020d.json", i)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := NewMem().Delete(ctx, keys...)
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "1000 keys") {
+		t.Fatalf("a cancelled delete of 1000 keys: %d bytes: %.300v", len(err.Error()), err)
 	}
 }

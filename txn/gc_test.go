@@ -919,3 +919,35 @@ func TestGCAbortsStaleUploads(t *testing.T) {
 		t.Fatalf("ListParts of the aborted upload: %v, want NoSuchUpload", err)
 	}
 }
+
+// failDeletes refuses every delete, as a store gone mid-gc or a signal
+// does.
+type failDeletes struct{ store.Store }
+
+func (failDeletes) Delete(_ context.Context, keys ...string) error {
+	return fmt.Errorf("delete of %d keys: %w", len(keys), store.ErrUnavailable)
+}
+
+// TestGCStoppedReportsWhatIsDone (issue 47 item 7): a gc whose deletes
+// fail after its reclamation was committed returns, with the error, the
+// report so far: the committed reclamation and how many deletes were cut
+// short, so the command can say what a rerun does.
+func TestGCStoppedReportsWhatIsDone(t *testing.T) {
+	s := store.NewMem()
+	l := newLog(t, s, txn.CreateOptions{Ranks: 2, ChunkSize: 4096, RetainCheckpoints: 1})
+	gcProduce(t, l, "p", 10)
+	gcCheckpoints(t, l, 5)
+	fl := &txn.Log{Store: failDeletes{s}, Config: l.Config}
+	o := gcAt(gcGrace + time.Minute)
+	o.Grace = 0
+	rep, err := txn.GC(t.Context(), fl, o)
+	if err == nil || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("gc with failing deletes: %v", err)
+	}
+	if rep == nil || rep.ReclaimedSteps != 6 || rep.NotDeleted == 0 || rep.Version == 0 {
+		t.Fatalf("report of the stopped gc: %+v; want 6 steps reclaimed and the deletes cut short counted", rep)
+	}
+	if st := txntest.Load(t, l); st.LiveFrom != 6 {
+		t.Fatalf("live from %d after the stopped gc; want the reclamation committed (6)", st.LiveFrom)
+	}
+}
