@@ -301,7 +301,11 @@ func (b *Batch) Batch() txn.Batch {
 	src := func(files []File) []txn.FileSource {
 		out := make([]txn.FileSource, len(files))
 		for i, f := range files {
-			out[i] = txn.FileSource{Name: f.Name, Size: f.Size, Open: func() (io.ReadCloser, error) { return os.Open(f.Path) }}
+			// O_NOFOLLOW: a file swapped for a symlink after Load checked
+			// it is refused, not followed (run may read as root).
+			out[i] = txn.FileSource{Name: f.Name, Size: f.Size, Open: func() (io.ReadCloser, error) {
+				return os.OpenFile(f.Path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+			}}
 		}
 		return out
 	}
@@ -331,6 +335,9 @@ func (t *Tree) Reject(name, reason string) (string, error) {
 	if err := os.MkdirAll(filepath.Join(t.Dir, RejectedDir), 0o755); err != nil {
 		return "", fmt.Errorf("%w: rejecting batch %s: %w", ErrUnmovable, name, err)
 	}
+	if fi, err := os.Lstat(filepath.Join(t.Dir, RejectedDir)); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("%w: rejecting batch %s: %s is not a directory (a symlink?); remove it, run makes its own", ErrUnmovable, name, filepath.Join(t.Dir, RejectedDir))
+	}
 	dst := filepath.Join(t.Dir, RejectedDir, name)
 	for i := 1; ; i++ {
 		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
@@ -353,34 +360,60 @@ func (t *Tree) Reject(name, reason string) (string, error) {
 // the tree (a full disk, permissions): it stays staged, untouched.
 var ErrUnmovable = errors.New("rejected batch not moved")
 
-// writeReason writes reason to a temporary file in dir, then links it as
-// the first free name of _REASON, _REASON.1, ... (never over a file
-// already there), so the file appears whole or not at all. It returns the
-// path linked, or "" when it could not (the reason stays in the log).
+// writeReason writes reason to a new temporary file under _rejected/,
+// then links it into dir (the rejected batch) as the first free name of
+// _REASON, _REASON.1, ... (never over a file already there), so the file
+// appears whole or not at all. It returns the path linked, or "" when it
+// could not (the reason stays in the log).
+//
+// A batch's files are its writer's: nothing is ever opened for writing
+// inside it. The temporary file has a random name created with O_EXCL
+// (a planted name or symlink is never written through), and the link is
+// made in dir opened without following symlinks (link(2) itself never
+// follows one at its new name).
 func (t *Tree) writeReason(dir, reason string) string {
-	tmp := filepath.Join(dir, ".reason.tmp")
-	if err := os.WriteFile(tmp, []byte(reason+"\n"), 0o644); err != nil {
-		_ = os.Remove(tmp) // a partial reason is worse than none
+	f, err := os.CreateTemp(filepath.Join(t.Dir, RejectedDir), reasonTmpPrefix+"*")
+	if err != nil {
 		return ""
 	}
+	tmp := f.Name()
 	defer os.Remove(tmp)
+	_, err = f.WriteString(reason + "\n")
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "" // a partial reason is worse than none
+	}
 	t.crashPoint("reason-written")
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(dfd)
 	for i := 0; ; i++ {
-		p := filepath.Join(dir, Reason)
+		name := Reason
 		if i > 0 {
-			p += "." + strconv.Itoa(i)
+			name += "." + strconv.Itoa(i)
 		}
-		err := os.Link(tmp, p)
-		if errors.Is(err, fs.ErrExist) {
+		err := unix.Linkat(unix.AT_FDCWD, tmp, dfd, name, 0)
+		if errors.Is(err, unix.EEXIST) {
 			continue
 		}
 		if err != nil {
 			return ""
 		}
 		t.crashPoint("reason-linked")
-		return p
+		return filepath.Join(dir, name)
 	}
 }
+
+// reasonTmpPrefix names writeReason's temporary files in _rejected/
+// (a kill can leave one; Sweep removes them).
+const reasonTmpPrefix = ".reason-"
 
 // Remove deletes a committed batch: a rename to a dot name takes it out of
 // the tree at once, then the files go. Leftovers of a crash in between are
@@ -410,6 +443,14 @@ func (t *Tree) Sweep() error {
 			if err := os.RemoveAll(filepath.Join(t.Dir, n)); err != nil {
 				return err
 			}
+		}
+	}
+	// Reasons a kill left unlinked (regular files only: a writer's
+	// symlink of that name is not ours to follow or remove).
+	tmps, _ := filepath.Glob(filepath.Join(t.Dir, RejectedDir, reasonTmpPrefix+"*"))
+	for _, p := range tmps {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			_ = os.Remove(p)
 		}
 	}
 	return nil
@@ -464,13 +505,24 @@ func (t *Tree) Lock(id string) (unlock func(), err error) {
 	}
 	// _lock names the holder for a refused producer and excludes one of an
 	// older version, which locks only it. Best effort when no inode is free.
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	// O_NOFOLLOW: a symlink planted as _lock is refused, never followed
+	// (the truncate below would empty its target).
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		return func() { d.Close() }, nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		d.Close()
+		return nil, fmt.Errorf("locking staging directory: %s is a symlink, which run never follows; remove it (run creates its own)", p)
 	}
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("locking staging directory: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		d.Close()
+		return nil, fmt.Errorf("locking staging directory: %s is not a regular file; remove it (run creates its own)", p)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()

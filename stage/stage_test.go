@@ -959,7 +959,7 @@ func TestRejectKillAtAnyPoint(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dst, stage.Reason)); err != nil || string(b) != reason+"\n" {
 		t.Errorf("rejected batch's _REASON: %q, %v", b, err)
 	}
-	if _, err := os.Lstat(filepath.Join(dst, ".reason.tmp")); err == nil {
+	if tmps, _ := filepath.Glob(filepath.Join(dir, stage.RejectedDir, ".reason-*")); len(tmps) > 0 {
 		t.Error("the reason's temporary file was left behind")
 	}
 }
