@@ -59,7 +59,7 @@ func startCosts(t *testing.T, versions uint64) map[string]int64 {
 	}
 	count("load", func(l *txn.Log) error { _, err := l.Load(ctx); return err })
 	count("status", func(l *txn.Log) error { _, err := txn.StreamStatus(ctx, l); return err })
-	count("verify", func(l *txn.Log) error { _, err := txn.Verify(ctx, l, 4); return err })
+	count("verify", func(l *txn.Log) error { _, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 4}); return err })
 	count("producer restart", func(l *txn.Log) error {
 		p, err := txn.OpenProducer(ctx, l, txn.ProducerOptions{ID: "scale", Logger: o.Logger})
 		if err != nil {

@@ -49,7 +49,7 @@ func measureStarts(ctx context.Context, o Options, l *txn.Log, url string, row *
 
 	before := requests(counted)
 	start = time.Now()
-	vr, err := txn.Verify(ctx, cl, 8)
+	vr, err := txn.Verify(ctx, cl, txn.VerifyOptions{Parallel: 8})
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
