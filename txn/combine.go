@@ -330,7 +330,11 @@ func (c *committer) round(ctx context.Context) error {
 		return err
 	}
 	if v == nil {
-		c.leading = false // nobody has anything to commit
+		// Nobody has anything to commit. A queued TGB the state already
+		// holds (an interrupted upload another committer committed, queued
+		// again by resolveLimbo) completes here: no new version will.
+		c.leading = false
+		c.saw(time.Now(), nil)
 		return nil
 	}
 	c.attempts++

@@ -59,7 +59,15 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			return committed, st.Apply(v)
 		}
 		if errors.Is(err, store.ErrExists) {
-			_, rerr := l.refreshRetry(ctx, st, log)
+			// Lost, or won by an earlier attempt of this very create whose
+			// answer was lost (the SDK's own retry of a PUT that landed
+			// answers 412): the version says which.
+			got, rerr := l.ReadVersion(ctx, v.Version)
+			if rerr == nil && got.Txn == v.Txn {
+				st.seenHead = started
+				return committed, st.Apply(got)
+			}
+			_, rerr = l.refreshRetry(ctx, st, log)
 			return lostRace, rerr
 		}
 		if ctx.Err() != nil {
