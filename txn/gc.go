@@ -62,6 +62,9 @@ type GCReport struct {
 	HeldBy       []ConsumerHold `json:"held_by"`
 	AllowedBelow *int64         `json:"allowed_below"`
 	Forced       bool           `json:"forced"`
+	// Probes are create-if-absent probe keys (_probe/) a probe whose own
+	// delete failed left, older than the grace period and ten minutes.
+	Probes []string `json:"probes,omitempty"`
 	// NotDeleted counts the keys a failed (or interrupted) gc was
 	// deleting when it stopped; the next gc deletes them.
 	NotDeleted int `json:"not_deleted,omitempty"`
@@ -111,7 +114,9 @@ func ReclaimTarget(st *State) (int64, bool) {
 //  3. sweepLog: delete log versions and snapshots no reader needs.
 //  4. sweepOrphans: delete data objects no version references, older than
 //     Grace, that no commit can still reference (see orphanable).
-//  5. abortStaleUploads: abort multipart uploads under data/ begun longer
+//  5. sweepProbes: delete create-if-absent probe keys (_probe/) a failed
+//     delete left, older than Grace and than ten minutes.
+//  6. abortStaleUploads: abort multipart uploads under data/ begun longer
 //     than Grace ago (stores that have them).
 //
 // With DryRun each phase reports what it would do and changes nothing;
@@ -139,7 +144,7 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	// and deletes not done: the report so far comes back with the error,
 	// so the caller can say what a rerun will do.
 	g.rep.Version = st.Version
-	for _, phase := range []func(context.Context, *State) error{g.purgeReclaimed, g.sweepLog, g.sweepOrphans, g.abortStaleUploads} {
+	for _, phase := range []func(context.Context, *State) error{g.purgeReclaimed, g.sweepLog, g.sweepOrphans, g.sweepProbes, g.abortStaleUploads} {
 		if err := phase(ctx, st); err != nil {
 			return g.rep, err
 		}
@@ -300,6 +305,45 @@ func (g *gcRun) sweepOrphans(ctx context.Context, st *State) error {
 	}
 	if err := g.deleteKeys(ctx, orphans); err != nil {
 		return fmt.Errorf("deleting orphans: %w", err)
+	}
+	return nil
+}
+
+// probeMinAge is the least age of a _probe/ key gc deletes, whatever the
+// grace period: a probe lives for four requests, and one deleted between
+// its two creates would look like a store without create-if-absent.
+const probeMinAge = 10 * time.Minute
+
+// sweepProbes deletes what store.Probe left under _probe/ when its own
+// delete failed (a store that flaps while run probes it at every connect
+// attempt): keys older than the grace period and than probeMinAge.
+func (g *gcRun) sweepProbes(ctx context.Context, _ *State) error {
+	cutoff := g.Now().Add(-max(g.Grace, probeMinAge))
+	var old []string
+	var foreign []string
+	err := store.Walk(ctx, g.l.Store, store.ProbePrefix, "", func(o store.Info) error {
+		if root, ok := streamRoot(o.Key); ok {
+			foreign = append(foreign, root)
+		}
+		if o.ModTime.Before(cutoff) {
+			old = append(old, o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", store.ProbePrefix, err)
+	}
+	for _, k := range old {
+		if !under(k, foreign) {
+			g.rep.Probes = append(g.rep.Probes, k)
+		}
+	}
+	g.rep.ForeignStreams = append(g.rep.ForeignStreams, foreign...)
+	if g.DryRun || len(g.rep.Probes) == 0 {
+		return nil
+	}
+	if err := g.deleteKeys(ctx, g.rep.Probes); err != nil {
+		return fmt.Errorf("deleting probe leftovers: %w", err)
 	}
 	return nil
 }

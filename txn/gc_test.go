@@ -951,3 +951,32 @@ func TestGCStoppedReportsWhatIsDone(t *testing.T) {
 		t.Fatalf("live from %d after the stopped gc; want the reclamation committed (6)", st.LiveFrom)
 	}
 }
+
+// TestGCSweepsProbeLeftovers (issue 43 item 14): create-if-absent probe
+// keys whose own delete failed are swept by gc once older than the grace
+// period and ten minutes (never a live probe's: --grace 0s does not touch
+// a key a probe may still hold); --dry-run lists them.
+func TestGCSweepsProbeLeftovers(t *testing.T) {
+	s := store.NewMem()
+	l := newLog(t, s, txn.CreateOptions{Ranks: 2, ChunkSize: 4096})
+	leftover := store.ProbePrefix + "0123456789abcdef"
+	if err := store.PutBytes(t.Context(), s, leftover, []byte("probe")); err != nil {
+		t.Fatal(err)
+	}
+	young := gcAt(5 * time.Minute)
+	young.Grace = 0
+	if rep := gcRun(t, l, young); len(rep.Probes) > 0 {
+		t.Fatalf("gc --grace 0s deleted a probe key 5 minutes old: %v", rep.Probes)
+	}
+	dry := gcAt(gcGrace + time.Minute)
+	dry.DryRun = true
+	if rep := gcRun(t, l, dry); !slices.Equal(rep.Probes, []string{leftover}) {
+		t.Fatalf("dry run lists probe leftovers %v; want %s", rep.Probes, leftover)
+	}
+	if rep := gcRun(t, l, gcAt(gcGrace+time.Minute)); !slices.Equal(rep.Probes, []string{leftover}) {
+		t.Fatalf("gc deleted probe leftovers %v; want %s", rep.Probes, leftover)
+	}
+	if _, err := s.Stat(t.Context(), leftover); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the probe leftover is still there: %v", err)
+	}
+}

@@ -104,7 +104,7 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	for _, set := range []struct {
 		what string
 		keys []string
-	}{{"reclaimed data", rep.DataDeleted}, {"log object", rep.LogDeleted}, {"orphan", rep.Orphans}} {
+	}{{"reclaimed data", rep.DataDeleted}, {"log object", rep.LogDeleted}, {"orphan", rep.Orphans}, {"probe leftover", rep.Probes}} {
 		for _, k := range set.keys {
 			fmt.Fprintf(stdout, "%s %s: %s\n", verb, set.what, k)
 		}
@@ -122,7 +122,7 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	for _, u := range rep.UploadsAborted {
 		fmt.Fprintf(stdout, "%s stale multipart upload: %s (begun %s)\n", abort, u.Key, u.Initiated.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+rep.LogDeletedCount+len(rep.Orphans), rep.Bytes)
+	fmt.Fprintf(stdout, "%s %d objects, %d bytes of data\n", verb, len(rep.DataDeleted)+rep.LogDeletedCount+len(rep.Orphans)+len(rep.Probes), rep.Bytes)
 	return nil
 }
 
