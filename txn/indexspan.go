@@ -24,8 +24,10 @@ import (
 // span: the span's bytes are transfer, not memory.
 
 // maxIndexSpan bounds the bytes one span GET may fetch. Past it (a node of
-// low ranks in a stream with large sections) the table is fetched alone and
-// then the sections of lo..hi in one more GET.
+// low ranks in a stream with large sections) the table is fetched alone;
+// then the sections of lo..hi come in one more GET when they fit under it
+// together, and otherwise (wide) one by one, as readers ask for each rank
+// (Index.Pack).
 const maxIndexSpan = 4 << 20
 
 // SpanGuessUnknown asks ReadIndexSpan to assume equal sections (the first
@@ -71,9 +73,11 @@ func (l *Log) ReadIndexSpan(ctx context.Context, t *TGB, lo, hi int, guess float
 		ix.keep(first.Sec, last.Sec+last.Len)
 		return ix, next, nil
 	}
-	// The guess fell short (or the span was too large to guess at): fetch
-	// exactly the sections asked for. The bytes already fetched past them
-	// are dropped; other ranks' sections are fetched when asked for.
+	// The guess fell short, or the span from it would have passed
+	// maxIndexSpan and the table came alone (not wide: lo..hi's sections
+	// fit under it together): fetch exactly the sections asked for, in one
+	// more GET. The bytes already fetched past them are dropped; other
+	// ranks' sections are fetched when asked for.
 	secs, err := getRange(ctx, l.Store, o.Key, first.Sec, last.Sec+last.Len-first.Sec)
 	if err != nil {
 		return nil, guess, err

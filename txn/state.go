@@ -192,8 +192,12 @@ func (s *State) check(v *Version) error {
 		}
 		seqs[t.Producer] = t.Seq
 	}
+	// A checkpoint covers a committed step: one before this version, or
+	// one this version adds (docs/FORMAT.md says so; the first version
+	// with TGBs may carry a checkpoint of them too).
+	last := next - 1 + int64(len(v.TGBs))
 	for _, c := range v.Checkpoints {
-		if head, ok := s.Head(); !ok || c > head+int64(len(v.TGBs)) || c < s.Config.FirstStep {
+		if c > last || c < s.Config.FirstStep {
 			return fmt.Errorf("checkpoint at step %d, which is not committed", c)
 		}
 	}

@@ -2,6 +2,7 @@ package txn_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -152,5 +153,51 @@ func TestVerifyNamesEveryCorruptChunk(t *testing.T) {
 	}
 	if len(rep.Problems) != 2 || !named["first.bin"] || !named["second.bin"] {
 		t.Fatalf("verify of two corrupted files found %d problems %v; want two, naming first.bin and second.bin", len(rep.Problems), rep.Problems)
+	}
+}
+
+// TestCheckpointInFirstTGBsVersion (issue 43 item 16): a version that adds
+// a stream's first TGBs may carry a checkpoint of one of them, as
+// docs/FORMAT.md says ("<= the head including this version's TGBs");
+// the reader refused it.
+func TestCheckpointInFirstTGBsVersion(t *testing.T) {
+	ctx := t.Context()
+	s := store.NewMem()
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: 1, FirstStep: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txn.Batch{Name: "b", Cursor: "b",
+		Ranks: [][]txn.FileSource{{txn.BytesFile("a.bin", []byte("x"))}}})
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := txn.VersionKey(st.Version)
+	raw, err := store.ReadAll(ctx, s, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v["tgbs"]; !ok {
+		t.Fatalf("version %d holds no TGBs: %s", st.Version, raw)
+	}
+	v["checkpoints"] = []int64{7}
+	raw, _ = json.Marshal(v)
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutBytes(ctx, s, key, raw); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Load(ctx)
+	if err != nil {
+		t.Fatalf("a checkpoint of the first step in the version that adds it: %v", err)
+	}
+	if len(got.Checkpoints) != 1 || got.Checkpoints[0] != 7 {
+		t.Fatalf("checkpoints %v; want [7]", got.Checkpoints)
 	}
 }
