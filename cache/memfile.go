@@ -452,19 +452,28 @@ func (f *Files) putPiece(b []byte) {
 }
 
 // stream reads mf.size bytes of rc into a new memory file, checks them
-// against mf.crc and freezes the file (Backing.freeze). On a mismatch the stream has still been
-// read to the file's end and the error is ErrChecksum.
-func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
-	fd, err = f.backing.create(mf.name, mf.size)
+// against mf.crc and freezes the file (Backing.freeze). On a mismatch the
+// stream has still been read to the file's end and the error is
+// ErrChecksum. On any error the memory file is closed: nothing of a failed
+// fill outlives it.
+func (f *Files) stream(rc io.Reader, mf *memFile) (int, error) {
+	fd, err := f.backing.create(mf.name, mf.size)
 	if err != nil {
 		return -1, localError{err}
 	}
-	defer func() {
-		if err != nil {
-			unix.Close(fd)
-			fd = -1
-		}
-	}()
+	if err := f.copyChecked(rc, mf, fd); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
+	if err != nil {
+		return -1, localError{err}
+	}
+	return ro, nil
+}
+
+// copyChecked writes mf.size bytes of rc into fd and checks their CRC32C.
+func (f *Files) copyChecked(rc io.Reader, mf *memFile, fd int) error {
 	buf := f.getPiece()
 	defer f.putPiece(buf)
 	var crc uint32
@@ -473,7 +482,7 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		n, err := io.ReadFull(rc, piece)
 		f.c.fetched.Add(int64(n))
 		if err != nil {
-			return -1, err
+			return err
 		}
 		crc = crc32.Update(crc, castagnoli, piece)
 		// pwrite, not a mapping read into: written whole, pages are
@@ -482,10 +491,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		for w := 0; w < n; {
 			k, err := unix.Pwrite(fd, piece[w:], o+int64(w))
 			if errors.Is(err, unix.ENOSPC) {
-				return -1, localError{fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)}
+				return localError{fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)}
 			}
 			if err != nil {
-				return -1, localError{fmt.Errorf("writing a %s file: %w", f.backing.kind, err)}
+				return localError{fmt.Errorf("writing a %s file: %w", f.backing.kind, err)}
 			}
 			w += k
 		}
@@ -496,15 +505,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		f.c.log.Warn("file failed CRC32C verification", "file", mf.name,
 			"object_bytes", fmt.Sprintf("%d-%d", mf.key.off, mf.key.off+mf.size-1),
 			"crc", fmt.Sprintf("%08x", crc), "want", fmt.Sprintf("%08x", mf.crc))
-		return -1, fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
+		return fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
 			ErrChecksum, mf.name, mf.key.obj, mf.key.off, mf.key.off+mf.size-1, mf.crc)
 	}
-	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
-	fd = -1
-	if err != nil {
-		return -1, localError{err}
-	}
-	return ro, nil
+	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
