@@ -1,12 +1,15 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lakestream/lakestream/txn"
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,5 +167,49 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("%s: not reached in 10s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNewAllocatesByUseNotSize: a cache of 1 PiB with 1 MiB chunks (and
+// memory files of a quarter of it) allocates little at start: memory grows
+// with what is cached, not with the setting (issue 47 item 2); and it
+// still serves exact bytes.
+func TestNewAllocatesByUseNotSize(t *testing.T) {
+	const size, chunk = 1 << 50, 1 << 20
+	s := newCounting()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c, err := New(Options{Store: s, ChunkSize: chunk, Size: size, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := NewBacking(size / 4)
+	defer b.Close()
+	files := c.UseFiles(FilesOptions{Budget: size / 4, MinSize: 1, Backing: b})
+	runtime.ReadMemStats(&after)
+	t.Logf("New and UseFiles of a %d-byte cache allocated %d bytes (heap %d -> %d)",
+		int64(size), after.TotalAlloc-before.TotalAlloc, before.HeapAlloc, after.HeapAlloc)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Errorf("New and UseFiles of a 1 PiB cache allocated %d bytes; want under 8 MiB", n)
+	}
+
+	pk, data := putPack(t, s, "data/p/1/0/tgb.pack", 3*chunk+5, 1)
+	pk.Chunks = nil
+	for off := 0; off < len(data); off += chunk {
+		pk.Chunks = append(pk.Chunks, txn.CRC32C(data[off:min(off+chunk, len(data))]))
+	}
+	got := make([]byte, len(data))
+	if n, err := c.ReadAt(t.Context(), pk, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("a read through the 1 PiB cache: %d bytes, %v (or wrong bytes)", n, err)
+	}
+	h, err := files.Open(t.Context(), pk, &pk.Files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if !bytes.Equal(readHandle(t, h), data) {
+		t.Fatal("the memory file of the 1 PiB cache holds wrong bytes")
 	}
 }
