@@ -67,6 +67,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -105,6 +106,10 @@ type Options struct {
 	// errors (retry.go).
 	Retry Retry
 }
+
+// maxLRUItems caps the blocks the ristretto cache's admission counters
+// are sized for (10 counters each, allocated at start).
+const maxLRUItems = 100_000
 
 // MinBlocks is the smallest budget, in blocks, that Options.Size may give.
 const MinBlocks = 16
@@ -149,7 +154,8 @@ type Cache struct {
 	retry       Retry
 	maxRun      int // blocks per prefetch GET, at most
 	lru         *ristretto.Cache[string, *lruRef]
-	free        chan []byte         // reusable block buffers, cap = chunk
+	freeMu      sync.Mutex
+	free        [][]byte            // GUARDED_BY(freeMu): reusable block buffers, cap = chunk
 	prefetchSem *semaphore.Weighted // bytes of prefetched blocks
 	prefetchCap int64
 	slots       *semaphore.Weighted // concurrent prefetch GETs
@@ -273,22 +279,28 @@ func (c *Cache) getBuf(n int64) []byte {
 		// a pooled chunk-sized one would hold a chunk of memory for it.
 		return make([]byte, n)
 	}
-	select {
-	case b := <-c.free:
+	c.freeMu.Lock()
+	if k := len(c.free); k > 0 {
+		b := c.free[k-1]
+		c.free[k-1] = nil
+		c.free = c.free[:k-1]
+		c.freeMu.Unlock()
 		return b[:n]
-	default:
-		return make([]byte, n, c.chunk)
 	}
+	c.freeMu.Unlock()
+	return make([]byte, n, c.chunk)
 }
 
 func (c *Cache) putBuf(b []byte) {
 	if int64(cap(b)) != c.chunk {
 		return
 	}
-	select {
-	case c.free <- b[:cap(b)]:
-	default:
-	}
+	// Buffers are only allocated when none is free, so the free list never
+	// holds more than the most blocks ever held at once: it grows with
+	// use, never with the budget, and needs no bound of its own.
+	c.freeMu.Lock()
+	c.free = append(c.free, b[:cap(b)])
+	c.freeMu.Unlock()
 }
 
 // entry is one block being fetched, or fetched and staged.
@@ -345,7 +357,11 @@ func New(o Options) (*Cache, error) {
 	// are the dominant cost of a streaming read (bench read: 2x the MB/s
 	// and 0.45x the CPU with the buffers recycled).
 	lruCap := o.Size / 16
-	items := max(lruCap/o.ChunkSize, 64)
+	// Ristretto allocates its admission counters up front: sized by the
+	// budget, a --cache-size of petabytes would allocate gigabytes at
+	// start. Capped, a cache larger than maxLRUItems blocks admits a
+	// little less precisely; memory grows with what is cached.
+	items := min(max(lruCap/o.ChunkSize, 64), maxLRUItems)
 	c := &Cache{}
 	lru, err := ristretto.NewCache(&ristretto.Config[string, *lruRef]{
 		NumCounters:        items * 10,
@@ -359,11 +375,7 @@ func New(o Options) (*Cache, error) {
 	}
 	life, stop := context.WithCancel(context.Background())
 	*c = Cache{
-		// Buffers are only allocated when none is free, so the free list
-		// never holds more than the most blocks ever held at once: it
-		// needs no bound of its own.
-		free:        make(chan []byte, o.Size/o.ChunkSize+MinBlocks),
-		recent:      newKeyRing(int(max(256, 2*o.Size/o.ChunkSize))),
+		recent:      newKeyRing(int(min(max(256, 2*o.Size/o.ChunkSize), math.MaxInt32))),
 		store:       o.Store,
 		chunk:       o.ChunkSize,
 		log:         o.Logger,
@@ -826,19 +838,22 @@ func (c *Cache) fetchBlock(ctx context.Context, p *txn.Pack, i int, again bool) 
 	}
 }
 
-// keyRing is a bounded set of block keys that forgets the oldest.
+// keyRing is a bounded set of block keys that forgets the oldest. It
+// grows with the keys added, up to its bound, and allocates nothing by the
+// bound (which scales with the cache budget).
 type keyRing struct {
-	keys []blockKey
-	next int
-	set  map[blockKey]int // key -> how many times it is in keys
+	keys  []blockKey
+	limit int
+	next  int
+	set   map[blockKey]int // key -> how many times it is in keys
 }
 
 func newKeyRing(n int) *keyRing {
-	return &keyRing{keys: make([]blockKey, 0, n), set: make(map[blockKey]int, n)}
+	return &keyRing{limit: n, set: map[blockKey]int{}}
 }
 
 func (r *keyRing) add(k blockKey) {
-	if len(r.keys) < cap(r.keys) {
+	if len(r.keys) < r.limit {
 		r.keys = append(r.keys, k)
 	} else {
 		old := r.keys[r.next]

@@ -94,6 +94,58 @@ type memFile struct {
 	read    bool          // opened at least once
 	elem    *list.Element // in Files.idle, or nil
 	gone    bool          // dropped from files: closes when the last handle goes
+	run     *fillRun      // the prefetch GET filling it, or nil (an open's own fill)
+	wanted  bool          // counted in run.live
+}
+
+// fillRun is a prefetch job's GET filling a run of memory files. Its
+// context ends only when none of its unfinished files is wanted any more
+// (no job holds it, no open waits for it), as fetchRun does for blocks: a
+// job dropped while an open waits for one of its files leaves that fill
+// to the open, instead of cancelling it under the open.
+type fillRun struct {
+	cancel context.CancelFunc
+	files  []*memFile
+	live   int  // GUARDED_BY(Files.mu): unfinished files that are wanted
+	dead   bool // GUARDED_BY(Files.mu): cancelled
+}
+
+func (mf *memFile) finished() bool {
+	select {
+	case <-mf.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// settleLocked recounts whether mf's fill is wanted, after its job,
+// waiters or outcome changed; the run's last wanted file going cancels
+// the GET and drops the run's unfinished files (an open coming later
+// fetches its file itself).
+func (f *Files) settleLocked(mf *memFile) {
+	r := mf.run
+	if r == nil || r.dead {
+		return
+	}
+	want := !mf.finished() && (mf.job != nil || mf.waiters > 0)
+	switch {
+	case want && !mf.wanted:
+		mf.wanted = true
+		r.live++
+	case !want && mf.wanted:
+		mf.wanted = false
+		if r.live--; r.live > 0 {
+			return
+		}
+		r.dead = true
+		r.cancel()
+		for _, o := range r.files {
+			if !o.finished() {
+				f.dropLocked(o)
+			}
+		}
+	}
 }
 
 // UseFiles gives c memfd files: from now on the prefetcher fetches the
@@ -207,18 +259,34 @@ func (f *Files) parkLocked(mf *memFile) {
 	}
 }
 
+// maxOpenFills bounds the fills one Open waits for: a fill it waited for
+// can only be lost to the cache closing, or to a drop in the instant
+// between the fill and the open taking it.
+const maxOpenFills = 3
+
 // Open returns a handle on file fi of pack p, fetching it if no fill has
 // it yet. It waits for the fill; ErrChecksum when the bytes failed
 // verification twice (nothing of them is handed out), ErrNoRoom when the
 // budget is held by open and unread files.
 func (f *Files) Open(ctx context.Context, p *txn.Pack, fi *txn.File) (*Handle, error) {
+	for n := 1; ; n++ {
+		h, again, err := f.open(ctx, p, fi)
+		if !again || n == maxOpenFills {
+			return h, err
+		}
+	}
+}
+
+// open is one attempt of Open; again says the fill it waited for was lost
+// (cancelled or dropped under it) and another may succeed.
+func (f *Files) open(ctx context.Context, p *txn.Pack, fi *txn.File) (h *Handle, again bool, err error) {
 	k := fileKey{p.Key, p.Off + fi.Off}
 	f.mu.Lock()
 	mf := f.files[k]
 	if mf == nil {
 		if !f.reserveLocked(fi.Size) {
 			f.mu.Unlock()
-			return nil, ErrNoRoom
+			return nil, false, ErrNoRoom
 		}
 		mf = f.addLocked(k, fi, nil)
 		f.c.misses.Add(1)
@@ -227,28 +295,29 @@ func (f *Files) Open(ctx context.Context, p *txn.Pack, fi *txn.File) (*Handle, e
 		f.c.hits.Add(1)
 	}
 	mf.waiters++
+	f.settleLocked(mf)
 	f.mu.Unlock()
 	select {
 	case <-mf.done:
 	case <-ctx.Done():
 		f.mu.Lock()
 		mf.waiters--
+		f.settleLocked(mf)
 		f.parkLocked(mf) // a file fetched for this open alone
 		f.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	f.mu.Lock()
 	mf.waiters--
 	if mf.err != nil {
 		f.mu.Unlock()
-		if errors.Is(mf.err, context.Canceled) && ctx.Err() == nil {
-			return f.Open(ctx, p, fi) // a prefetch dropped under us: fetch it ourselves
-		}
-		return nil, mf.err
+		// A fill cancelled under a waiting open (the cache closing): one
+		// more try, bounded by Open.
+		return nil, errors.Is(mf.err, context.Canceled) && ctx.Err() == nil, mf.err
 	}
 	if mf.gone { // dropped between the fill and now: fetch it again
 		f.mu.Unlock()
-		return f.Open(ctx, p, fi)
+		return nil, true, fmt.Errorf("opening %s of %s: its memory file was dropped: %w", fi.Name, p.Key, ErrNoRoom)
 	}
 	mf.opens++
 	mf.job = nil
@@ -264,7 +333,7 @@ func (f *Files) Open(ctx context.Context, p *txn.Pack, fi *txn.File) (*Handle, e
 	if first {
 		f.c.served.Add(mf.size)
 	}
-	return &Handle{f: f, mf: mf}, nil
+	return &Handle{f: f, mf: mf}, false, nil
 }
 
 // reserveLocked takes room for n bytes, dropping idle files for it; false
@@ -331,6 +400,7 @@ func (f *Files) finish(mf *memFile, fd int, err error) {
 	defer f.mu.Unlock()
 	mf.fd, mf.err = fd, err
 	close(mf.done)
+	f.settleLocked(mf)
 	if err != nil && !mf.gone {
 		mf.gone = true
 		if f.files[mf.key] == mf {
@@ -452,19 +522,28 @@ func (f *Files) putPiece(b []byte) {
 }
 
 // stream reads mf.size bytes of rc into a new memory file, checks them
-// against mf.crc and freezes the file (Backing.freeze). On a mismatch the stream has still been
-// read to the file's end and the error is ErrChecksum.
-func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
-	fd, err = f.backing.create(mf.name, mf.size)
+// against mf.crc and freezes the file (Backing.freeze). On a mismatch the
+// stream has still been read to the file's end and the error is
+// ErrChecksum. On any error the memory file is closed: nothing of a failed
+// fill outlives it.
+func (f *Files) stream(rc io.Reader, mf *memFile) (int, error) {
+	fd, err := f.backing.create(mf.name, mf.size)
 	if err != nil {
 		return -1, localError{err}
 	}
-	defer func() {
-		if err != nil {
-			unix.Close(fd)
-			fd = -1
-		}
-	}()
+	if err := f.copyChecked(rc, mf, fd); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
+	if err != nil {
+		return -1, localError{err}
+	}
+	return ro, nil
+}
+
+// copyChecked writes mf.size bytes of rc into fd and checks their CRC32C.
+func (f *Files) copyChecked(rc io.Reader, mf *memFile, fd int) error {
 	buf := f.getPiece()
 	defer f.putPiece(buf)
 	var crc uint32
@@ -473,7 +552,7 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		n, err := io.ReadFull(rc, piece)
 		f.c.fetched.Add(int64(n))
 		if err != nil {
-			return -1, err
+			return err
 		}
 		crc = crc32.Update(crc, castagnoli, piece)
 		// pwrite, not a mapping read into: written whole, pages are
@@ -482,10 +561,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		for w := 0; w < n; {
 			k, err := unix.Pwrite(fd, piece[w:], o+int64(w))
 			if errors.Is(err, unix.ENOSPC) {
-				return -1, localError{fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)}
+				return localError{fmt.Errorf("%w: writing a %s file: %w", ErrNoRoom, f.backing.kind, err)}
 			}
 			if err != nil {
-				return -1, localError{fmt.Errorf("writing a %s file: %w", f.backing.kind, err)}
+				return localError{fmt.Errorf("writing a %s file: %w", f.backing.kind, err)}
 			}
 			w += k
 		}
@@ -496,15 +575,10 @@ func (f *Files) stream(rc io.Reader, mf *memFile) (fd int, err error) {
 		f.c.log.Warn("file failed CRC32C verification", "file", mf.name,
 			"object_bytes", fmt.Sprintf("%d-%d", mf.key.off, mf.key.off+mf.size-1),
 			"crc", fmt.Sprintf("%08x", crc), "want", fmt.Sprintf("%08x", mf.crc))
-		return -1, fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
+		return fmt.Errorf("%w: file %s (object %s bytes %d-%d): manifest says CRC32C %08x",
 			ErrChecksum, mf.name, mf.key.obj, mf.key.off, mf.key.off+mf.size-1, mf.crc)
 	}
-	ro, err := f.backing.freeze(fd) // closes fd, whatever happens
-	fd = -1
-	if err != nil {
-		return -1, localError{err}
-	}
-	return ro, nil
+	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -564,18 +638,28 @@ func (f *Files) start(j *job, p *txn.Pack, run []*txn.File, slot func()) {
 		}
 		mfs = append(mfs, f.addLocked(k, fi, j))
 	}
+	ctx, cancel := context.WithCancel(f.c.life)
+	r := &fillRun{cancel: cancel, files: mfs}
+	for _, mf := range mfs {
+		mf.run = r
+		f.settleLocked(mf)
+	}
 	f.mu.Unlock()
 	if unused > 0 {
 		f.room.Release(unused)
 	}
 	if len(mfs) == 0 {
+		cancel()
 		slot()
 		return
 	}
 	f.c.misses.Add(int64(len(mfs)))
 	// A run with a hole (a file filled meanwhile) is fetched whole: the
 	// hole is read and dropped, cheaper than a second GET.
-	go f.fill(j.ctx, p, mfs, slot)
+	go func() {
+		defer cancel()
+		f.fill(ctx, p, mfs, slot)
+	}()
 }
 
 // dropJob drops the files job j prefetched that no reader opened.
@@ -590,6 +674,8 @@ func (f *Files) dropJob(j *job) {
 		if !mf.read && mf.opens == 0 && mf.waiters == 0 {
 			f.dropLocked(mf)
 		}
-		// Else an open waits for it: it is the open's now.
+		// Else an open waits for it: it is the open's now, and its fill
+		// goes on for it.
+		f.settleLocked(mf)
 	}
 }
