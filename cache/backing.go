@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -86,7 +87,7 @@ func (b *Backing) create(name string, size int64) (int, error) {
 		fd, err = unix.MemfdCreate("lakefs:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return -1, fmt.Errorf("creating a %s file: %w", b.kind, err)
+		return -1, fmt.Errorf("creating a %s file: %w", b.kind, outOfFds(err))
 	}
 	// Sized first: huge=within_size allocates huge pages by the file size.
 	if err := unix.Ftruncate(fd, size); err != nil {
@@ -112,7 +113,7 @@ func (b *Backing) freeze(fd int) (int, error) {
 	defer unix.Close(fd)
 	ro, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("reopening a tmpfs file read-only: %w", err)
+		return -1, fmt.Errorf("reopening a tmpfs file read-only: %w", outOfFds(err))
 	}
 	return ro, nil
 }
@@ -125,4 +126,13 @@ func (b *Backing) ProbeFile() (int, error) {
 		return -1, err
 	}
 	return b.freeze(fd)
+}
+
+// outOfFds marks a failure for want of a file descriptor (EMFILE, ENFILE)
+// as ErrNoRoom: the file is served from blocks, not failed.
+func outOfFds(err error) error {
+	if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+		return fmt.Errorf("%w: %w", ErrNoRoom, err)
+	}
+	return err
 }

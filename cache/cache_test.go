@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -75,8 +76,10 @@ func putPack(t testing.TB, s store.Store, key string, size int, seed uint64) (*t
 	t.Helper()
 	data := make([]byte, size)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	for i := range data {
-		data[i] = byte(rng.Uint32())
+	for i := 0; i < len(data); i += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], rng.Uint64())
+		copy(data[i:], w[:])
 	}
 	if err := store.PutBytes(context.Background(), s, key, data); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // context ends).
 type gateStore struct {
 	*countingStore
-	open chan struct{}
+	open  chan struct{}
 	held  atomic.Int64 // calls waiting at the gate
 	calls atomic.Int64 // calls made, those that gave up at the gate too
 }

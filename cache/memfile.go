@@ -20,7 +20,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sync/semaphore"
 	"golang.org/x/sys/unix"
 
 	"github.com/lakestream/lakestream/txn"
@@ -41,6 +40,23 @@ type FilesOptions struct {
 	// served from blocks (Eligible). MaxSize is at most Budget/8, so one
 	// file never holds most of the budget.
 	MinSize, MaxSize int64
+	// MaxFiles bounds the memory files held (each holds an fd of this
+	// process); 0: half of the soft RLIMIT_NOFILE less 32 (DefaultMaxFiles).
+	// Opens beyond it are served from blocks, never failed.
+	MaxFiles int
+}
+
+// DefaultMaxFiles is FilesOptions.MaxFiles when it is not set: half the
+// fds this process may open, less a few for the FUSE device, the store's
+// connections and files being filled, so memory files never take the fds
+// the rest of the mount needs (with a low `ulimit -n` each held file
+// would otherwise pin one until memfd_create failed with EMFILE).
+func DefaultMaxFiles() int {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<21 {
+		return 1 << 20
+	}
+	return max(int(r.Cur)/2-32, 8)
 }
 
 // Files holds verified whole files in sealed memfds.
@@ -48,9 +64,12 @@ type FilesOptions struct {
 // Invariants: a memfd is handed out (Handle.Fd) only after the whole file
 // matched its CRC32C and no fd can write it any more; a failed fill is never
 // kept (the next open fetches again); the bytes of memfds this process
-// holds never exceed Budget (room); a file is dropped only when no handle
-// has it open; a read file with no open handle waits in the idle list,
-// bounded by Budget/8, and is dropped first when room is needed.
+// holds never exceed Budget (room), nor their number MaxFiles; a file is
+// dropped only when no handle has it open; a read file with no open handle
+// waits in the idle list, bounded by Budget/8, and is dropped first when
+// room is needed. Room is only ever tried, never waited for: a prefetch
+// finding none waits for Files.freed outside any lock, and the last eighth
+// of the budget and of MaxFiles is left to opens (demand first).
 //
 // Lock order: Cache.mu is never held with Files.mu; Files.mu is held for
 // no I/O.
@@ -58,11 +77,15 @@ type Files struct {
 	c        *Cache
 	min, max int64
 	idleCap  int64
-	room     *semaphore.Weighted // bytes of memfds held
-	pieces   chan []byte         // reusable stream buffers
+	budget   int64
+	maxFiles int
+	pieces   chan []byte // reusable stream buffers
 	backing  *Backing
+	freed    chan struct{} // a token after room was given back (capacity 1)
 
 	mu        sync.Mutex
+	reserved  int64                // GUARDED_BY(mu): bytes of room taken (files held, filling, or reserved for a prefetch)
+	nfiles    int                  // GUARDED_BY(mu): files counted the same way
 	files     map[fileKey]*memFile // GUARDED_BY(mu)
 	idle      *list.List           // GUARDED_BY(mu): read, unopened files, oldest first
 	idleBytes int64                // GUARDED_BY(mu)
@@ -155,13 +178,16 @@ func (c *Cache) UseFiles(o FilesOptions) *Files {
 	if o.MaxSize <= 0 || o.MaxSize > o.Budget/8 {
 		o.MaxSize = o.Budget / 8
 	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultMaxFiles()
+	}
 	f := &Files{
 		c: c, min: max(o.MinSize, 1), max: o.MaxSize,
-		idleCap: o.Budget / 8,
-		room:    semaphore.NewWeighted(o.Budget),
-		files:   map[fileKey]*memFile{}, idle: list.New(),
+		idleCap: o.Budget / 8, budget: o.Budget, maxFiles: o.MaxFiles,
+		files: map[fileKey]*memFile{}, idle: list.New(),
 		pieces:  make(chan []byte, 2*DefaultFetchers),
 		backing: o.Backing,
+		freed:   make(chan struct{}, 1),
 	}
 	if f.backing == nil {
 		f.backing = MemfdBacking()
@@ -284,7 +310,7 @@ func (f *Files) open(ctx context.Context, p *txn.Pack, fi *txn.File) (h *Handle,
 	f.mu.Lock()
 	mf := f.files[k]
 	if mf == nil {
-		if !f.reserveLocked(fi.Size) {
+		if !f.reserveLocked(fi.Size, 1, true) {
 			f.mu.Unlock()
 			return nil, false, ErrNoRoom
 		}
@@ -336,18 +362,41 @@ func (f *Files) open(ctx context.Context, p *txn.Pack, fi *txn.File) (h *Handle,
 	return &Handle{f: f, mf: mf}, false, nil
 }
 
-// reserveLocked takes room for n bytes, dropping idle files for it; false
-// if open and unread files hold too much.
-func (f *Files) reserveLocked(n int64) bool {
-	for !f.room.TryAcquire(n) {
+// reserveLocked takes room for k files of n bytes, dropping idle files
+// for it; false if open and unread files hold too much. A prefetch
+// (!demand) leaves the last eighth of the budget and of MaxFiles to opens.
+func (f *Files) reserveLocked(n int64, k int, demand bool) bool {
+	budget, files := f.budget, f.maxFiles
+	if !demand {
+		budget -= f.budget / 8
+		files -= f.maxFiles / 8
+	}
+	for f.reserved+n > budget || f.nfiles+k > files {
 		e := f.idle.Front()
 		if e == nil {
 			return false
 		}
 		f.dropLocked(e.Value.(*memFile))
 	}
+	f.reserved += n
+	f.nfiles += k
 	return true
 }
+
+// releaseLocked gives back room for k files of n bytes and wakes a
+// prefetch waiting for room.
+func (f *Files) releaseLocked(n int64, k int) {
+	f.reserved -= n
+	f.nfiles -= k
+	select {
+	case f.freed <- struct{}{}:
+	default:
+	}
+}
+
+// Freed receives a token after room was given back: a prefetch that found
+// no room waits for it (never inside Acquire, holding the scheduler).
+func (f *Files) Freed() <-chan struct{} { return f.freed }
 
 func (f *Files) addLocked(k fileKey, fi *txn.File, j *job) *memFile {
 	mf := &memFile{key: k, size: fi.Size, crc: fi.CRC, name: fi.Name, done: make(chan struct{}), fd: -1, job: j}
@@ -390,7 +439,7 @@ func (f *Files) closeLocked(mf *memFile) {
 		unix.Close(mf.fd)
 		mf.fd = -1
 	}
-	f.room.Release(mf.size)
+	f.releaseLocked(mf.size, 1)
 	f.held.Add(-mf.size)
 }
 
@@ -590,7 +639,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func (f *Files) nextRun(p *txn.Pack, from int) (run []*txn.File, bytes int64, next int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	limit := int64(f.c.maxRun) * f.c.chunk
+	// A quarter of the budget at most: a run of maxRun blocks can be
+	// larger than the whole budget (4 MiB chunks, 64 MiB of cache), and
+	// its room would never be free.
+	limit := min(int64(f.c.maxRun)*f.c.chunk, f.budget/4)
 	var end int64
 	i := from
 	for ; i < len(p.Files); i++ {
@@ -611,16 +663,13 @@ func (f *Files) nextRun(p *txn.Pack, from int) (run []*txn.File, bytes int64, ne
 	return run, bytes, i
 }
 
-// reserve takes room for n bytes, dropping idle files first, and waits
-// while open and unread files hold it.
-func (f *Files) reserve(ctx context.Context, n int64) error {
+// tryReserve takes room for a prefetch of k files of n bytes, dropping
+// idle files first; false if open and unread files hold it (the caller
+// waits for Freed, never here).
+func (f *Files) tryReserve(n int64, k int) bool {
 	f.mu.Lock()
-	ok := f.reserveLocked(n)
-	f.mu.Unlock()
-	if ok {
-		return nil
-	}
-	return f.room.Acquire(ctx, n)
+	defer f.mu.Unlock()
+	return f.reserveLocked(n, k, false)
 }
 
 // start fills the files of run that are still absent for prefetch job j,
@@ -630,13 +679,18 @@ func (f *Files) start(j *job, p *txn.Pack, run []*txn.File, slot func()) {
 	f.mu.Lock()
 	var mfs []*memFile
 	var unused int64
+	var unusedFiles int
 	for _, fi := range run {
 		k := fileKey{p.Key, p.Off + fi.Off}
 		if f.files[k] != nil || j.ctx.Err() != nil {
 			unused += fi.Size
+			unusedFiles++
 			continue
 		}
 		mfs = append(mfs, f.addLocked(k, fi, j))
+	}
+	if unusedFiles > 0 {
+		f.releaseLocked(unused, unusedFiles)
 	}
 	ctx, cancel := context.WithCancel(f.c.life)
 	r := &fillRun{cancel: cancel, files: mfs}
@@ -645,9 +699,6 @@ func (f *Files) start(j *job, p *txn.Pack, run []*txn.File, slot func()) {
 		f.settleLocked(mf)
 	}
 	f.mu.Unlock()
-	if unused > 0 {
-		f.room.Release(unused)
-	}
 	if len(mfs) == 0 {
 		cancel()
 		slot()

@@ -71,11 +71,12 @@ type Prefetcher struct {
 
 	last atomic.Pointer[touch] // last touch: Touch's fast path
 
-	mu     sync.Mutex
-	pos    int64          // GUARDED_BY(mu): the reader's position, valid if hasPos
-	hasPos bool           // GUARDED_BY(mu)
-	ranks  map[int]int64  // GUARDED_BY(mu): rank -> the newest step it was touched at
-	jobs   map[int64]*job // GUARDED_BY(mu)
+	mu       sync.Mutex
+	roomWait bool           // GUARDED_BY(mu): memfd fills wait for Files.Freed
+	pos      int64          // GUARDED_BY(mu): the reader's position, valid if hasPos
+	hasPos   bool           // GUARDED_BY(mu)
+	ranks    map[int]int64  // GUARDED_BY(mu): rank -> the newest step it was touched at
+	jobs     map[int64]*job // GUARDED_BY(mu)
 }
 
 type touch struct {
@@ -268,6 +269,8 @@ type work struct {
 	pk     *txn.Pack
 	files  []*txn.File
 	bytes  int64
+	pi     int // files: the pack's index in j.packs
+	from   int // files: j.fi[pi] before the run, to take it again
 }
 
 // next returns the next GET to issue, from the lowest step's first pack
@@ -307,13 +310,21 @@ func (p *Prefetcher) next() (work, bool) {
 		}
 		pk := best.packs[best.pi]
 		if files != nil && best.fi[best.pi] < len(pk.Files) {
+			if p.roomWait {
+				// The files wait for room; the blocks go on meanwhile.
+				if run := best.blockRun(files, p.c); len(run) > 0 {
+					return work{j: best, blocks: run}, true
+				}
+				return work{}, false // room given back wakes the scheduler
+			}
 			if p.filling.Load() >= int64(p.perRank*max(1, len(p.activeRanksLocked()))) {
 				return work{}, false // a fill's end kicks the scheduler
 			}
-			run, bytes, next := files.nextRun(pk, best.fi[best.pi])
+			from := best.fi[best.pi]
+			run, bytes, next := files.nextRun(pk, from)
 			best.fi[best.pi] = next
 			if len(run) > 0 {
-				return work{j: best, pk: pk, files: run, bytes: bytes}, true
+				return work{j: best, pk: pk, files: run, bytes: bytes, pi: best.pi, from: from}, true
 			}
 			continue
 		}
@@ -394,13 +405,24 @@ func blocksNeeded(pk *txn.Pack, files *Files, chunk int64) []bool {
 }
 
 // run is the scheduler: it issues GETs one at a time, blocking for a GET
-// slot and prefetch memory, so the nearest step always goes first.
+// slot and block prefetch memory, so the nearest step always goes first.
+// Memory-file room is only tried: without it, fills wait for room to be
+// given back while blocks go on.
 func (p *Prefetcher) run() {
 	for {
 		w, ok := p.next()
 		if !ok {
+			var freed <-chan struct{}
+			if files := p.c.files.Load(); files != nil {
+				freed = files.Freed()
+			}
 			select {
 			case <-p.kick:
+				continue
+			case <-freed:
+				p.mu.Lock()
+				p.roomWait = false
+				p.mu.Unlock()
 				continue
 			case <-p.ctx.Done():
 				return
@@ -419,16 +441,23 @@ func (p *Prefetcher) run() {
 }
 
 // prefetchFiles starts the GET of a run of files into memfds, once a GET
-// slot and room for the files are free.
+// slot is free, if there is room for the files; else the run is taken
+// again once room is given back (Files.Freed).
 func (p *Prefetcher) prefetchFiles(w work) error {
 	c := p.c
 	files := c.files.Load()
 	if err := c.slots.Acquire(w.j.ctx, 1); err != nil {
 		return err
 	}
-	if err := files.reserve(w.j.ctx, w.bytes); err != nil {
+	if !files.tryReserve(w.bytes, len(w.files)) {
 		c.slots.Release(1)
-		return err
+		p.mu.Lock()
+		w.j.fi[w.pi] = min(w.j.fi[w.pi], w.from)
+		p.roomWait = true
+		p.mu.Unlock()
+		// Room given back before roomWait was set left a token in
+		// Freed: the scheduler wakes and tries again.
+		return nil
 	}
 	p.filling.Add(1)
 	files.start(w.j, w.pk, w.files, func() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lakestream/lakestream/store"
@@ -66,6 +67,13 @@ func Transient(err error) bool {
 func answer(err error) bool {
 	return err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRange) ||
 		errors.Is(err, txn.ErrCorrupt) || errors.Is(err, ErrChecksum)
+}
+
+// outOfFdsHere reports whether err is this process (or the system) out of
+// file descriptors: a local limit, not a store outage, whatever else the
+// error says (a dial error may also be wrapped as store.ErrUnreachable).
+func outOfFdsHere(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // localError marks a failure of this process (writing a memory file), not
@@ -165,7 +173,13 @@ func (r Retry) Do(ctx context.Context, op func(context.Context) error) error {
 		case ctx.Err() != nil && err != nil:
 			return err
 		case Transient(err):
-			r.Source.Failed(err)
+			// This process out of fds (a dial's socket) is retried, as
+			// fds come back when files close, but never blamed on the
+			// store: it would mark the source degraded with no store
+			// call left to clear it.
+			if !outOfFdsHere(err) {
+				r.Source.Failed(err)
+			}
 		case answer(err):
 			r.Source.Answered()
 			return err
