@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -156,18 +155,6 @@ func TestFailedFillLeavesNothing(t *testing.T) {
 			t.Errorf("the budget counts %d bytes with no file held", st.Bytes)
 		}
 	})
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached in 10s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestNewAllocatesByUseNotSize: a cache of 1 PiB with 1 MiB chunks (and

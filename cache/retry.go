@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -85,20 +86,39 @@ func (e localError) Unwrap() error { return e.err }
 
 // Source is one kind of store call of a mount (index reads, block reads,
 // manifest polls, heartbeats): whether its calls are failing now, since
-// when and why. It logs one line when its calls start failing (with the
-// cause) and one when they work again (with how long it lasted), not one
-// per failed call. It is safe for concurrent use.
+// when and why. It logs one line when it becomes degraded (with the
+// cause) and one when its calls work again (with how long it lasted), not
+// one per failed call. It is safe for concurrent use.
+//
+// Degraded has hysteresis: a run of failures makes the source degraded
+// only once degradeFails calls failed in a row, or the first of them went
+// degradeAfter without a call being answered. Under a few percent of
+// intermittent errors (S3's 503 SlowDown) neither happens, so /health and
+// lakefs_mount_degraded do not flap and the log does not fill with
+// pairs of lines; an outage still shows within about a second.
 type Source struct {
 	name string
 	log  *slog.Logger
-	down atomic.Pointer[outage] // nil while calls succeed
+
+	failing atomic.Bool // a run of failures is on: Answered's fast path
+
+	mu   sync.Mutex
+	run  outage // GUARDED_BY(mu): the current run of failures (fails 0: none)
+	down bool   // GUARDED_BY(mu): the run made the source degraded (and said so)
 }
 
 // outage is a Source's current run of failures.
 type outage struct {
 	since time.Time
 	cause error
+	fails int
 }
+
+// Hysteresis of Source (see there).
+const (
+	degradeFails = 3
+	degradeAfter = 2 * time.Second
+)
 
 // NewSource returns a Source named name (the label of
 // lakefs_mount_degraded) that logs to log.
@@ -114,35 +134,50 @@ func (s *Source) Name() string { return s.name }
 
 // Failed records a failed call.
 func (s *Source) Failed(err error) {
-	if s == nil || s.down.Load() != nil {
-		return
-	}
-	if s.down.CompareAndSwap(nil, &outage{since: time.Now(), cause: err}) {
-		s.log.Warn("store calls failing; retrying, serving what is cached", "source", s.name, "err", err)
-	}
-}
-
-// Answered records a call the store answered.
-func (s *Source) Answered() {
-	if s == nil || s.down.Load() == nil {
-		return
-	}
-	if o := s.down.Swap(nil); o != nil {
-		s.log.Info("store calls work again", "source", s.name, "failing_for", time.Since(o.since).Round(time.Millisecond))
-	}
-}
-
-// Degraded reports whether the source's calls are failing, since when and
-// the error that started it.
-func (s *Source) Degraded() (since time.Time, cause error, ok bool) {
 	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.run.fails == 0 {
+		s.run = outage{since: now, cause: err}
+		s.failing.Store(true)
+	}
+	s.run.fails++
+	if !s.down && (s.run.fails >= degradeFails || now.Sub(s.run.since) >= degradeAfter) {
+		s.down = true
+		s.log.Warn("store calls failing; retrying, serving what is cached", "source", s.name, "err", s.run.cause,
+			"failed_calls", s.run.fails)
+	}
+}
+
+// Answered records a call the store answered: it ends a run of failures.
+func (s *Source) Answered() {
+	if s == nil || !s.failing.Load() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		s.log.Info("store calls work again", "source", s.name, "failing_for", time.Since(s.run.since).Round(time.Millisecond))
+	}
+	s.run, s.down = outage{}, false
+	s.failing.Store(false)
+}
+
+// Degraded reports whether the source is degraded, since when its calls
+// have been failing and the error that started it.
+func (s *Source) Degraded() (since time.Time, cause error, ok bool) {
+	if s == nil || !s.failing.Load() {
 		return time.Time{}, nil, false
 	}
-	o := s.down.Load()
-	if o == nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.down {
 		return time.Time{}, nil, false
 	}
-	return o.since, o.cause, true
+	return s.run.since, s.run.cause, true
 }
 
 // Retry is how a read waits out transient store errors.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -235,5 +236,42 @@ func TestRetryWindow(t *testing.T) {
 	_, err = c.ReadAt(t.Context(), p, make([]byte, 10), testChunk)
 	if d := time.Since(start); !errors.Is(err, store.ErrUnreachable) || d > 100*time.Millisecond || s.failed.Load()-before != 1 {
 		t.Errorf("a read after a window of failures: %v after %s, %d GETs; want one failed GET at once", err, d, s.failed.Load()-before)
+	}
+}
+
+// TestSourceHysteresis (issue 43 item 15): intermittent errors (every
+// tenth call fails, as under a few percent of 503 SlowDown) never make a
+// source degraded nor log a line; failures in a row do, with one line,
+// and the first answer after them ends it with one more.
+func TestSourceHysteresis(t *testing.T) {
+	var logs bytes.Buffer
+	src := NewSource("block", slog.New(slog.NewTextHandler(&logs, nil)))
+	for i := range 200 {
+		if i%10 == 9 {
+			src.Failed(errors.New("SlowDown (HTTP 503)"))
+		} else {
+			src.Answered()
+		}
+		if _, _, down := src.Degraded(); down {
+			t.Fatalf("degraded after call %d of intermittent errors", i)
+		}
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("intermittent errors logged:\n%s", logs.String())
+	}
+	src.Answered()
+	for range 3 {
+		src.Failed(errors.New("connection refused"))
+	}
+	if _, cause, down := src.Degraded(); !down || cause.Error() != "connection refused" {
+		t.Fatalf("after %d failures in a row: degraded %v, cause %v", 3, down, cause)
+	}
+	src.Failed(errors.New("connection refused"))
+	src.Answered()
+	if _, _, down := src.Degraded(); down {
+		t.Fatal("still degraded after an answer")
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 2 {
+		t.Fatalf("%d log lines for one outage; want 2:\n%s", n, logs.String())
 	}
 }

@@ -109,7 +109,10 @@ func TestOpenGoesFirst(t *testing.T) {
 		}
 		h.Release()
 	}
-	if f := files.Stats().Fills; f != int64(len(parts))+1 {
+	// Each file is fetched once; one more fill is allowed: a fill the
+	// prefetcher started and cancelled when the reader passed its job (a
+	// started fill counts) is fetched again by the reader's open.
+	if f := files.Stats().Fills; f < int64(len(parts))+1 || f > int64(len(parts))+2 {
 		t.Errorf("%d fills for %d files", f, len(parts)+1)
 	}
 }

@@ -145,8 +145,10 @@ func TestDegradedReport(t *testing.T) {
 	if d := src.degraded(); d != "" {
 		t.Fatalf("fresh sources degraded: %q", d)
 	}
-	src.block.Failed(store.ErrUnreachable)
-	src.log.Failed(errors.New("refreshing the manifest: 503 Slow Down"))
+	for range 3 { // a source is degraded after 3 failures in a row (cache.Source)
+		src.block.Failed(store.ErrUnreachable)
+		src.log.Failed(errors.New("refreshing the manifest: 503 Slow Down"))
+	}
 	d := src.degraded()
 	for _, want := range []string{"block for", "store unreachable", "log for", "503 Slow Down"} {
 		if !strings.Contains(d, want) {
