@@ -650,7 +650,7 @@ func (c *Cache) fetch(ctx context.Context, es []*entry, slot bool) {
 			if rerr != nil {
 				rc.Close()
 				rc = nil
-				if ctx.Err() != nil || !Transient(rerr) {
+				if ctx.Err() != nil || !Retryable(rerr) {
 					err = rerr
 					c.complete(e, nil, fmt.Errorf("reading %s block %d: %w", p.Key, i, err))
 					continue

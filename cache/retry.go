@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/backoff"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -33,20 +33,22 @@ import (
 // DefaultRetryWindow is how long reads wait out transient store errors.
 const DefaultRetryWindow = 30 * time.Second
 
-// Backoff between attempts: doubling from retryFirst up to retryCap, each
+// retryWait paces a read's attempts: doubling from 50 ms up to 2 s, each
 // wait drawn from its upper half so that the readers of many nodes do not
 // hit a recovering store in step.
-const (
-	retryFirst = 50 * time.Millisecond
-	retryCap   = 2 * time.Second
-)
+var retryWait = backoff.Policy{First: 50 * time.Millisecond, Max: 2 * time.Second}
 
-// Transient reports whether a store call's error may go away by itself:
+// Retryable reports whether a read should try a failed store call again:
 // anything but a missing object, a range past its end, a bad key, bytes
 // that fail their checksum, a full memory budget, a local failure, or a
 // cancelled context. A timeout (context.DeadlineExceeded from the store's
-// own request timeouts) is transient; the caller checks its own context.
-func Transient(err error) bool {
+// own request timeouts) is retryable; the caller checks its own context.
+//
+// It is wider than store.Transient (only "unreachable" and "unavailable",
+// for writers that must not repeat what may have landed): a read repeats
+// nothing, so whatever is not known to be final is worth another try
+// within the read's window.
+func Retryable(err error) bool {
 	var local localError
 	switch {
 	case err == nil,
@@ -190,7 +192,7 @@ type Retry struct {
 }
 
 // Do runs op until it succeeds, fails with an error that is not
-// Transient, ctx ends, or the window is over; it returns op's last error.
+// Retryable, ctx ends, or the window is over; it returns op's last error.
 // A cancelled ctx stops the wait at once.
 func (r Retry) Do(ctx context.Context, op func(context.Context) error) error {
 	window := r.Window
@@ -201,13 +203,13 @@ func (r Retry) Do(ctx context.Context, op func(context.Context) error) error {
 	if since, _, ok := r.Source.Degraded(); ok && since.Add(window).Before(deadline) {
 		deadline = since.Add(window)
 	}
-	backoff := retryFirst
+	b := backoff.New(retryWait)
 	for {
 		err := op(ctx)
 		switch {
 		case ctx.Err() != nil && err != nil:
 			return err
-		case Transient(err):
+		case Retryable(err):
 			// This process out of fds (a dial's socket) is retried, as
 			// fds come back when files close, but never blamed on the
 			// store: it would mark the source degraded with no store
@@ -221,18 +223,12 @@ func (r Retry) Do(ctx context.Context, op func(context.Context) error) error {
 		default:
 			return err
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
 		left := time.Until(deadline)
 		if left <= 0 {
 			return err
 		}
-		backoff = min(2*backoff, retryCap)
-		t := time.NewTimer(min(wait, left))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (while retrying: %v)", ctx.Err(), err)
+		if serr := backoff.Sleep(ctx, min(b.Next(), left)); serr != nil {
+			return fmt.Errorf("%w (while retrying: %v)", serr, err)
 		}
 	}
 }

@@ -210,7 +210,7 @@ func TestRetryCancelStopsWait(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // an attempt in flight ends
 		before := su.s.failed.Load()
-		time.Sleep(retryCap + 500*time.Millisecond)
+		time.Sleep(retryWait.Max + 500*time.Millisecond)
 		if n := su.s.failed.Load() - before; n > 0 {
 			t.Errorf("%s: %d GETs after its reader left; the fetch still retries", name, n)
 		}

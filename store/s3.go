@@ -26,6 +26,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/lakestream/lakestream/internal/backoff"
 )
 
 // DefaultPartSize is the multipart threshold and part size of the S3 backend.
@@ -692,12 +694,8 @@ func (s *s3Store) abort(ctx context.Context, key, id *string) {
 				return
 			}
 		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
