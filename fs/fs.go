@@ -603,6 +603,15 @@ type fileNode struct {
 	file *txn.File
 	rank int // original rank; -1: a step-level file
 	path string
+
+	// Linux (6.9+) refuses to mix passthrough and cached opens of one
+	// inode (fs/fuse/iomode.c: ETXTBSY or EINVAL, EIO to open(2)): while
+	// any handle is open, every new open takes the path the open ones
+	// took. mu is held across the choice and the memory file's open, so
+	// two first opens cannot choose differently.
+	mu    sync.Mutex
+	opens int  // GUARDED_BY(mu): handles open
+	mem   bool // GUARDED_BY(mu): they are passthrough (else block path)
 }
 
 var (
@@ -610,6 +619,24 @@ var (
 	_ gofs.NodeOpener    = (*fileNode)(nil)
 	_ gofs.NodeReader    = (*fileNode)(nil)
 )
+
+// blockHandle is an open file served by the block path; it exists to
+// count the node's open handles (fileNode.opens).
+type blockHandle struct{ f *fileNode }
+
+var _ gofs.FileReleaser = (*blockHandle)(nil)
+
+func (b *blockHandle) Release(context.Context) syscall.Errno {
+	b.f.closed()
+	return 0
+}
+
+// closed counts a handle of f gone.
+func (f *fileNode) closed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens--
+}
 
 func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	f.r.fileAttr(&out.Attr, f.file.Size, f.tgb.Time)
@@ -629,20 +656,26 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// file never reach this process.
 		f.r.servedf(f.tgb.Step, 0)
 	}
-	if files := f.r.files.Load(); files != nil && files.Eligible(f.file.Size) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if files := f.r.files.Load(); files != nil && files.Eligible(f.file.Size) && (f.opens == 0 || f.mem) {
 		h, err := files.Open(ctx, f.pack, f.file)
 		switch {
 		case err == nil:
 			f.r.opensMem.Add(1)
+			f.opens, f.mem = f.opens+1, true
 			// The kernel reads the memfd; nothing to flush on close.
-			return &memHandle{f: h}, fuse.FOPEN_NOFLUSH, 0
-		case !errors.Is(err, ErrNoRoom):
+			return &memHandle{f: h, node: f}, fuse.FOPEN_NOFLUSH, 0
+		case !errors.Is(err, ErrNoRoom) || f.opens > 0:
+			// Passthrough handles are open: a block-path open would fail
+			// in the kernel anyway.
 			return nil, 0, f.r.toErrno("open", f.path, err)
 		}
 	}
 	f.r.opensBlocks.Add(1)
+	f.opens, f.mem = f.opens+1, false
 	// The bytes never change: the page cache may keep them across opens.
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+	return &blockHandle{f: f}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

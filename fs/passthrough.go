@@ -51,7 +51,8 @@ func (r *Root) Opens() (passthrough, blocks int64) {
 // memHandle is an open file served by passthrough: the kernel reads the
 // memory-backed file while the handle is open.
 type memHandle struct {
-	f MemFile
+	f    MemFile
+	node *fileNode // nil outside a fileNode (tests)
 }
 
 var (
@@ -63,5 +64,8 @@ func (m *memHandle) PassthroughFd() (int, bool) { return m.f.Fd(), true }
 
 func (m *memHandle) Release(context.Context) syscall.Errno {
 	m.f.Release()
+	if m.node != nil {
+		m.node.closed()
+	}
 	return 0
 }
