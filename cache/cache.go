@@ -322,9 +322,13 @@ type entry struct {
 	elem     *list.Element // in Cache.demand, or nil
 }
 
-func (e *entry) finished() bool {
+func (e *entry) finished() bool { return closed(e.done) }
+
+// closed reports whether ch is closed (a fetch or fill is done), without
+// waiting.
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-e.done:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -133,14 +133,7 @@ type fillRun struct {
 	dead   bool // GUARDED_BY(Files.mu): cancelled
 }
 
-func (mf *memFile) finished() bool {
-	select {
-	case <-mf.done:
-		return true
-	default:
-		return false
-	}
-}
+func (mf *memFile) finished() bool { return closed(mf.done) }
 
 // settleLocked recounts whether mf's fill is wanted, after its job,
 // waiters or outcome changed; the run's last wanted file going cancels

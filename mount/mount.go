@@ -152,15 +152,16 @@ const (
 )
 
 // raiseFileLimit raises the soft open-file limit to the hard one (Go's
-// runtime does so too; this makes it explicit and visible) and logs it:
-// every file served through passthrough holds a memory file's descriptor
-// while it is open, so the limit bounds how many files readers can hold
-// open that way (past it they are served through blocks).
-func raiseFileLimit(log *slog.Logger) {
+// runtime does so too; this makes it explicit) and returns it, for the
+// "mounted" line: every file served through passthrough holds a memory
+// file's descriptor while it is open, so the limit bounds how many files
+// readers can hold open that way (past it they are served through
+// blocks).
+func raiseFileLimit(log *slog.Logger) uint64 {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("reading the open-file limit", "err", err)
-		return
+		return 0
 	}
 	if lim.Cur < lim.Max {
 		raised := lim
@@ -169,7 +170,7 @@ func raiseFileLimit(log *slog.Logger) {
 			lim = raised
 		}
 	}
-	log.Info("open-file limit", "nofile", lim.Cur)
+	return lim.Cur
 }
 
 // machineMemory is this machine's physical memory, rounded down to a MiB:
@@ -288,7 +289,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		return err
 	}
-	raiseFileLimit(o.Logger)
+	fileLimit := raiseFileLimit(o.Logger)
 	if err := prepareMountpoint(ctx, o.Mountpoint, o.Logger); err != nil {
 		return err
 	}
@@ -302,6 +303,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	m.fileLimit = fileLimit
 	defer m.cache.Close()
 	metricsAddr, closeMetrics, err := m.serveMetrics()
 	if err != nil {
@@ -454,7 +456,7 @@ func (m *mounted) mountView() (*fuse.Server, <-chan struct{}, error) {
 	state := m.state
 	m.log.Info("mounted", "mountpoint", o.Mountpoint, "store", store.Redact(o.Store), "version", state.Version,
 		"live_from", state.LiveFrom, "next_step", state.NextStep(), "ranks", rankList(o.Ranks, m.txlog.Config.Ranks),
-		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID)
+		"cache_size", o.CacheSize, "prefetch_steps", o.PrefetchSteps, "node_id", o.NodeID, "open_file_limit", m.fileLimit)
 	return server, served, nil
 }
 
@@ -603,17 +605,18 @@ func (m *mounted) unmount(server *fuse.Server, served <-chan struct{}) {
 // mounted is one running mount.
 type mounted struct {
 	// Constant after Run's setup.
-	opts     Options
-	log      *slog.Logger
-	store    store.Store
-	txlog    *txn.Log
-	cache    *cache.Cache
-	prefetch *cache.Prefetcher
-	view     *fs.View
-	root     *fs.Root
-	metrics  *metrics
-	packs    *packLoader
-	dev      uint64
+	opts      Options
+	fileLimit uint64 // the open-file limit, raised to the hard one
+	log       *slog.Logger
+	store     store.Store
+	txlog     *txn.Log
+	cache     *cache.Cache
+	prefetch  *cache.Prefetcher
+	view      *fs.View
+	root      *fs.Root
+	metrics   *metrics
+	packs     *packLoader
+	dev       uint64
 
 	state *txn.State // owned by the tailer goroutine
 
