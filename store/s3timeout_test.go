@@ -113,7 +113,7 @@ func TestS3Timeouts(t *testing.T) {
 	})
 
 	const size = 4 << 20
-	body, bigBody := payload(size), payload(24<<20)
+	body, bigBody := payload(size), payload(32<<20)
 	stall := make(chan struct{})
 	get := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(size))
@@ -131,7 +131,7 @@ func TestS3Timeouts(t *testing.T) {
 			w.Write(body[off : off+64<<10])
 			w.(http.Flusher).Flush()
 			if slow {
-				time.Sleep(40 * time.Millisecond) // 64 pieces: over 2.5 s in all
+				time.Sleep(75 * time.Millisecond) // 64 pieces: some 4.8 s in all
 			}
 		}
 	}
@@ -143,14 +143,14 @@ func TestS3Timeouts(t *testing.T) {
 			}
 			return
 		}
-		// A steady reader: 256 KiB every 20 ms, some 2 s in all.
+		// A steady reader: 256 KiB every 35 ms, some 4.5 s in all.
 		var got bytes.Buffer
 		for {
 			n, err := got.ReadFrom(io.LimitReader(r.Body, 256<<10))
 			if n == 0 || err != nil {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(35 * time.Millisecond)
 		}
 		if !bytes.Equal(got.Bytes(), bigBody) {
 			w.WriteHeader(http.StatusBadRequest)
@@ -184,13 +184,14 @@ func TestS3Timeouts(t *testing.T) {
 		}
 	})
 	t.Run("slow but moving", func(t *testing.T) {
-		// Two seconds of idle: the kernel wakes a blocked writer only
+		// Four seconds of idle: the kernel wakes a blocked writer only
 		// once half its socket buffer drained (up to 2 MiB here, about
-		// 0.7 s at the stub's pace, longer on a busy machine). The first
-		// byte comes when the server has read what the socket buffers
-		// held at the end of the body.
+		// 0.3 s at the stub's pace), and a machine busy with other test
+		// packages has stalled the stub for 2 s. The first byte comes
+		// when the server has read what the socket buffers held at the
+		// end of the body.
 		o := opts(endpoint)
-		o.IdleTimeout, o.FirstByteTimeout = 2*time.Second, 8*time.Second
+		o.IdleTimeout, o.FirstByteTimeout = 4*time.Second, 10*time.Second
 		s, err := store.OpenS3(t.Context(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestS3Timeouts(t *testing.T) {
 				}
 				return err
 			}},
-			{"a slow PUT of 24 MiB", func() error {
+			{"a slow PUT of 32 MiB", func() error {
 				return s.Put(t.Context(), "slow", bytes.NewReader(bigBody), int64(len(bigBody)))
 			}},
 		} {
@@ -214,7 +215,9 @@ func TestS3Timeouts(t *testing.T) {
 			if err := c.do(); err != nil {
 				t.Fatalf("%s: %v", c.what, err)
 			}
-			if d := time.Since(start); d < o.IdleTimeout {
+			d := time.Since(start)
+			t.Logf("%s: %s", c.what, d.Round(time.Millisecond))
+			if d < o.IdleTimeout {
 				t.Errorf("%s took only %s: it does not show that a long transfer survives", c.what, d)
 			}
 		}
