@@ -20,10 +20,20 @@ IMAGE ?= lakestream/lakestream:$(VERSION)
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
+tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/fake-gcs-server $(TOOLS)/azurite/node_modules/.bin/azurite-blob $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+
+# The GCS and Azure emulators the store and integration tests start.
+# v1.56.0 is the first fake-gcs-server that enforces ifGenerationMatch=0 on
+# simple uploads; Azurite 3.36+ needs a newer Node than Debian's 20.
+$(TOOLS)/bin/fake-gcs-server:
+	GOBIN=$(TOOLS)/bin $(GO) install github.com/fsouza/fake-gcs-server@v1.56.1
+
+$(TOOLS)/azurite/node_modules/.bin/azurite-blob:
+	command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS)/azurite azurite@3.35.0
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2

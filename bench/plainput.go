@@ -22,7 +22,8 @@ import (
 
 // PlainPut is the second baseline: what the bytes cost without our store
 // layer at all. On s3:// one SDK PutObject per part with the SDK's
-// defaults (no pack format, no checksum of ours); on file:// a plain
+// defaults (no pack format, no checksum of ours), on gs:// and az:// one
+// upload per part with those SDKs' defaults; on file:// a plain
 // create, write and fsync per part. Elsewhere (mem://, NewStore) it falls
 // back to the store's Put, as raw-put.
 const PlainPut = "plain-put"
@@ -38,6 +39,14 @@ func newPlainPut(ctx context.Context, s store.Store, storeURL string, latency ti
 		put = plainFile(filepath.FromSlash(u.Path))
 	case u.Scheme == "s3":
 		if put, err = plainS3(ctx, u); err != nil {
+			return nil, err
+		}
+	case u.Scheme == "gs":
+		if put, err = plainGCSPut(ctx, u); err != nil {
+			return nil, err
+		}
+	case u.Scheme == "az":
+		if put, err = plainAzurePut(u); err != nil {
 			return nil, err
 		}
 	}

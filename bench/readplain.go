@@ -16,7 +16,7 @@ type plainGetFunc func(ctx context.Context, f benchFile, buf []byte) error
 
 // newPlainGet is plain-get's reader for the run's store at storeURL:
 // on s3:// one SDK GetObject per object (the SDK's defaults, the body read
-// as it arrives), on file:// a plain open and read of the object's file.
+// as it arrives), on gs:// and az:// those SDKs' plain reads, on file:// a plain open and read of the object's file.
 // Nothing of Lakestream is in the path but the CRC32C check every row
 // makes. That check is the only one: the SDK's own validation of a
 // checksum the server returns (versitygw stores one for every object) is
@@ -46,7 +46,7 @@ func newPlainGet(ctx context.Context, storeURL string) (plainGetFunc, error) {
 			return checkStream(out.Body, f.plain, f, buf)
 		}, nil
 	}
-	return nil, fmt.Errorf("plain-get: no plain reader for %s stores; use file:// or s3://", u.Scheme)
+	return plainCloudGet(ctx, u)
 }
 
 // noChecksum turns off the SDK's validation of response checksums.

@@ -21,11 +21,15 @@ type outageStore struct {
 	*countingStore
 	down   atomic.Bool
 	failed atomic.Int64
+	onFail atomic.Pointer[func()] // called by each failing call, if set
 }
 
 func (s *outageStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
 	if s.down.Load() {
 		s.failed.Add(1)
+		if f := s.onFail.Load(); f != nil {
+			(*f)()
+		}
 		return nil, fmt.Errorf("get range %s: dial tcp 127.0.0.1:1: connect: connection refused: %w", key, store.ErrUnreachable)
 	}
 	return s.countingStore.GetRange(ctx, key, off, n)
@@ -75,17 +79,18 @@ func TestRetryRidesOutOutage(t *testing.T) {
 		t.Error("the source is still degraded after a successful read")
 	}
 
-	s.down.Store(true)
+	// Each failing call looks at the source: a retry comes after the
+	// previous failure was reported, so it must see the source degraded.
+	// (A goroutine polling for it could miss the window on a busy machine.)
 	var sawDegraded atomic.Bool
-	go func() {
-		for s.failed.Load() < 10 {
-			if _, _, ok := src.Degraded(); ok {
-				sawDegraded.Store(true)
-			}
-			time.Sleep(time.Millisecond)
+	look := func() {
+		if _, _, ok := src.Degraded(); ok {
+			sawDegraded.Store(true)
 		}
-	}()
-	s.healAfter(t, 10)
+	}
+	s.onFail.Store(&look)
+	s.down.Store(true)
+	s.healAfter(t, s.failed.Load()+4)
 	h, err := files.Open(t.Context(), fp, &fp.Files[1])
 	if err != nil {
 		t.Fatalf("an open across an outage: %v", err)

@@ -75,7 +75,7 @@ func volumeOf(volID string, attrs, secrets map[string]string, nodeName string) (
 		return volume{}, invalid("volume attributes: %v", err)
 	}
 	if o.Store == "" {
-		return volume{}, invalid("volume attribute \"store\" is missing; set it to the stream URL (file:///dir or s3://bucket/prefix?endpoint=...)")
+		return volume{}, invalid("volume attribute \"store\" is missing; set it to the stream URL (file:///dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix)")
 	}
 	if err := checkStore(o.Store); err != nil {
 		return volume{}, err
@@ -97,14 +97,14 @@ func volumeOf(volID string, attrs, secrets map[string]string, nodeName string) (
 func checkStore(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return invalid("volume attribute \"store\" is not a URL; use file:///dir or s3://bucket/prefix?endpoint=...")
+		return invalid("volume attribute \"store\" is not a URL; use file:///dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix")
 	}
 	if hasUserinfo(u) {
-		return invalid("volume attribute \"store\" carries credentials in its URL; remove them and put AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the volume's secret (nodePublishSecretRef)")
+		return invalid("volume attribute \"store\" carries credentials in its URL; remove them and put them in the volume's secret (nodePublishSecretRef: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_KEY)")
 	}
 	shown := store.Redact(raw)
 	switch u.Scheme {
-	case "s3":
+	case "s3", "gs", "az":
 		return nil
 	case "file":
 		if u.Host != "" || !filepath.IsAbs(u.Path) {
@@ -119,9 +119,9 @@ func checkStore(raw string) error {
 		}
 		return nil
 	case "mem":
-		return invalid("volume attribute \"store\": a mem:// store lives inside one process (tests only); use file:///dir or s3://bucket/prefix")
+		return invalid("volume attribute \"store\": a mem:// store lives inside one process (tests only); use file:///dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix")
 	default:
-		return invalid("volume attribute \"store\" has unknown scheme %q; use file:///dir or s3://bucket/prefix", u.Scheme)
+		return invalid("volume attribute \"store\" has unknown scheme %q; use file:///dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix", u.Scheme)
 	}
 }
 

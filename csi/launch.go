@@ -40,9 +40,24 @@ type mounter interface {
 	stop(ctx context.Context, p procID, dir string) error
 }
 
-// secretKeys are the keys a volume's secret may hold: the AWS SDK's
-// standard environment variables.
-var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+// secretKeys are the keys a volume's secret may hold: the clouds' standard
+// environment variables (AWS's key pair; a GCS service-account key's
+// JSON, which the store reads from GOOGLE_APPLICATION_CREDENTIALS_JSON so
+// that it is never written to the node's disk; an Azure account key, SAS
+// or service principal).
+var secretKeys = []string{
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+	"GOOGLE_APPLICATION_CREDENTIALS_JSON",
+	"AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET",
+}
+
+// secretPairs are secret keys that mean nothing without another.
+var secretPairs = [][2]string{
+	{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"},
+	{"AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"},
+	{"AZURE_CLIENT_SECRET", "AZURE_CLIENT_ID"},
+	{"AZURE_CLIENT_SECRET", "AZURE_TENANT_ID"},
+}
 
 // credentialEnv checks a volume's secret and returns it as environment
 // variables. Errors name keys, never values.
@@ -52,13 +67,12 @@ func credentialEnv(secrets map[string]string) ([]string, error) {
 			return nil, invalid("volume secret has key %q; allowed keys: %s", k, strings.Join(secretKeys, ", "))
 		}
 	}
-	_, id := secrets["AWS_ACCESS_KEY_ID"]
-	_, key := secrets["AWS_SECRET_ACCESS_KEY"]
-	switch {
-	case id && !key:
-		return nil, invalid("volume secret has AWS_ACCESS_KEY_ID but no AWS_SECRET_ACCESS_KEY; add it to the secret of nodePublishSecretRef")
-	case key && !id:
-		return nil, invalid("volume secret has AWS_SECRET_ACCESS_KEY but no AWS_ACCESS_KEY_ID; add it to the secret of nodePublishSecretRef")
+	for _, p := range secretPairs {
+		_, has := secrets[p[0]]
+		_, other := secrets[p[1]]
+		if has && !other {
+			return nil, invalid("volume secret has %s but no %s; add it to the secret of nodePublishSecretRef", p[0], p[1])
+		}
 	}
 	var env []string
 	for _, k := range secretKeys {
@@ -67,6 +81,22 @@ func credentialEnv(secrets map[string]string) ([]string, error) {
 		}
 	}
 	return env, nil
+}
+
+// credentialFamily is the cloud whose credential variable name is, or "".
+// The CA bundle is the node's trust store, not an identity.
+func credentialFamily(name string) string {
+	switch {
+	case name == "AWS_CA_BUNDLE":
+		return ""
+	case strings.HasPrefix(name, "AWS_"):
+		return "aws"
+	case strings.HasPrefix(name, "GOOGLE_APPLICATION_CREDENTIALS"):
+		return "gcp"
+	case strings.HasPrefix(name, "AZURE_"):
+		return "azure"
+	}
+	return ""
 }
 
 // shareKey hashes the parts that make two volumes one mount.
@@ -160,16 +190,22 @@ const storeEnv = "LAKEFS_STORE"
 var errRefused = errors.New("lakefs-mount refused the volume's attributes")
 
 // childEnv is the driver's environment for a lakefs-mount. With a secret
-// (env), the AWS variables are the secret's alone: a key pair mixed with
-// the driver's session token, profile or role would be another identity.
-// AWS_CA_BUNDLE stays: it is the node's trust store, not an identity.
+// (env), a cloud's credential variables are the secret's alone when the
+// secret holds any of that cloud's: a key pair mixed with the driver's
+// session token, profile or role would be another identity.
 func childEnv(env []string) []string {
+	fromSecret := map[string]bool{}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		fromSecret[credentialFamily(name)] = true
+	}
 	out := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		if name == storeEnv {
 			return true
 		}
-		return len(env) > 0 && strings.HasPrefix(name, "AWS_") && name != "AWS_CA_BUNDLE"
+		f := credentialFamily(name)
+		return f != "" && fromSecret[f]
 	})
 	return append(out, env...)
 }

@@ -195,6 +195,18 @@ func TestChildEnvSecretAlone(t *testing.T) {
 	if env := childEnv(nil); !slices.Contains(env, "AWS_SESSION_TOKEN=driver-token") {
 		t.Errorf("without a secret the driver's own credentials do not pass: %v", env)
 	}
+	// An Azure secret replaces the driver's Azure identity and leaves its
+	// AWS one (another cloud's) alone.
+	t.Setenv("AZURE_CLIENT_ID", "driver-client")
+	t.Setenv("AZURE_FEDERATED_TOKEN_FILE", "/var/run/driver-token")
+	env := childEnv([]string{"AZURE_STORAGE_KEY=vol-key"})
+	if slices.Contains(env, "AZURE_CLIENT_ID=driver-client") || slices.Contains(env, "AZURE_FEDERATED_TOKEN_FILE=/var/run/driver-token") ||
+		!slices.Contains(env, "AZURE_STORAGE_KEY=vol-key") || !slices.Contains(env, "AWS_SESSION_TOKEN=driver-token") {
+		t.Errorf("environment with an Azure secret: %v; want the secret's AZURE_ variables alone and the AWS ones kept", env)
+	}
+	if _, err := credentialEnv(map[string]string{"AZURE_CLIENT_SECRET": "s", "AZURE_CLIENT_ID": "c"}); err == nil || !strings.Contains(err.Error(), "AZURE_TENANT_ID") {
+		t.Errorf("a client secret without a tenant: %v; want an error naming AZURE_TENANT_ID", err)
+	}
 }
 
 // TestStoreNotInArgv: lakefs-mount gets the store URL in its environment,

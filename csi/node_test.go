@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lakestream/lakestream/internal/aztest"
+	"github.com/lakestream/lakestream/internal/gcstest"
 	"github.com/lakestream/lakestream/internal/s3test"
 
 	"github.com/lakestream/lakestream/mount"
@@ -49,8 +51,9 @@ func withAttrs(base map[string]string, kv ...string) map[string]string {
 // lakefs-mount, each sees every file of a committed step byte for byte
 // through its read-only bind mount (writes get EROFS), publish is
 // idempotent, and unpublishing one leaves the other reading; the last
-// unpublish stops the mount. Run on a file:// store and on versitygw,
-// whose credentials come only from the volume's secret (never in a log,
+// unpublish stops the mount. Run on a file:// store, on fake-gcs-server,
+// and on versitygw and Azurite, whose credentials come only from the
+// volume's secret (never in a log,
 // argv or a file of the state directory).
 func TestPublishShared(t *testing.T) {
 	requireFUSE(t)
@@ -70,6 +73,18 @@ func TestPublishShared(t *testing.T) {
 		secrets := map[string]string{"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
 		d := testPublishShared(t, map[string]string{"store": url}, secrets, step, files)
 		assertNoSecret(t, d, secret)
+	})
+	t.Run("gs", func(t *testing.T) {
+		url := gcstest.Start(t).NewBucketURL(t) // the emulator takes no credentials
+		step, files := newStream(t, url)
+		testPublishShared(t, map[string]string{"store": url}, nil, step, files)
+	})
+	t.Run("az", func(t *testing.T) {
+		url := aztest.Start(t).NewBucketURL(t)
+		t.Setenv("AZURE_STORAGE_KEY", "") // the key comes from the volume's secret alone
+		step, files := newStream(t, url, "AZURE_STORAGE_KEY="+aztest.Key)
+		d := testPublishShared(t, map[string]string{"store": url}, map[string]string{"AZURE_STORAGE_KEY": aztest.Key}, step, files)
+		assertNoSecret(t, d, aztest.Key)
 	})
 }
 

@@ -16,9 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -101,16 +98,21 @@ func chaosBucket(url string) (bucket, prefix string) {
 	return bucket, strings.Trim(prefix, "/")
 }
 
-// waitStoreWrites returns when the store accepts a PUT (under
-// chaos-probe/, outside the stream), at most 3 min. A gateway can answer
-// before it can write (SeaweedFS lists buckets before a volume is
-// writable): only a write says the store is back for producers.
-func waitStoreWrites(ctx context.Context, cl *s3.Client, bucket string) (time.Time, error) {
+// waitStoreWrites returns when the store under url accepts a write again
+// (at most 3 min), at the root of its bucket or container, outside the
+// stream: the moment an outage ends.
+func waitStoreWrites(ctx context.Context, url string) (time.Time, error) {
+	root := url
+	if up := store.Ancestors(url); len(up) > 0 {
+		root = up[len(up)-1].URL
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := cl.PutObject(pctx, &s3.PutObjectInput{Bucket: aws.String(bucket),
-			Key: aws.String("chaos-probe/up"), Body: bytes.NewReader([]byte("up"))})
+		s, err := store.Open(pctx, root)
+		if err == nil {
+			err = store.PutBytes(pctx, s, "chaos-probe/up", []byte("up"))
+		}
 		cancel()
 		if err == nil {
 			return time.Now(), nil
@@ -618,7 +620,7 @@ func TestChaosAttribute(t *testing.T) {
 	faults := []chaosFault{
 		{what: "mount SIGSTOP (hung) a", start: at(1), end: at(7)},
 		{what: "producer SIGKILL p1", start: at(9), end: at(9)},
-		{what: "S3 SIGKILL", start: at(20), end: at(40)},
+		{what: "store SIGKILL", start: at(20), end: at(40)},
 		{what: "producer SIGKILL p2", start: at(41), end: at(41)},
 	}
 	outages := []chaosOutage{{down: at(20), up: at(40)}}

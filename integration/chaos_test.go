@@ -20,10 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
-	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/store"
 )
 
 // The chaos run: the whole system as separate processes on a real S3
@@ -46,18 +43,21 @@ import (
 // chaosRanks: ranks of the stream; node a reads 0-1, node b 2-3.
 const chaosRanks = 4
 
-// chaosS3 is an S3 server the chaos run can crash and restart.
-type chaosS3 interface {
+// chaosServer is a store server the chaos run can crash and restart.
+type chaosServer interface {
 	Name() string
 	NewBucketURL(t testing.TB) string
-	Client() *s3.Client
 	Stop(sig syscall.Signal)
 	Restart() error
 }
 
-type chaosVersity struct{ *s3test.Server }
+// chaosNamed names a test's store server in the run's summary.
+type chaosNamed struct {
+	storeServer
+	name string
+}
 
-func (chaosVersity) Name() string { return "versitygw" }
+func (n chaosNamed) Name() string { return n.name }
 
 // chaosOptions size one run.
 type chaosOptions struct {
@@ -71,7 +71,6 @@ type chaosOptions struct {
 
 func TestChaos(t *testing.T) {
 	mntRequireFUSE(t)
-	srv := s3test.Start(t)
 	o := chaosOptions{Batches: 80, Pause: 400 * time.Millisecond, MinChaos: 60 * time.Second,
 		Outage: 4 * time.Second, StopFor: 6 * time.Second, TmpfsSize: "24m"}
 	if d := os.Getenv("LAKEFS_SOAK"); d != "" {
@@ -81,7 +80,16 @@ func TestChaos(t *testing.T) {
 		}
 		o.MinChaos, o.Batches, o.Outage, o.StopFor = dur, int(dur/(600*time.Millisecond)), 10*time.Second, 15*time.Second
 	}
-	t.Run("versitygw", func(t *testing.T) { chaosRun(t, chaosVersity{srv}, o) })
+	t.Run("versitygw", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "s3", true), "versitygw"}, o) })
+	// A shorter run on each emulator: the same faults (the emulator
+	// killed and restarted on its files, producers killed, a zombie, a
+	// mount killed), fewer batches.
+	short := o
+	if os.Getenv("LAKEFS_SOAK") == "" {
+		short.Batches, short.MinChaos = 16, 20*time.Second
+	}
+	t.Run("fake-gcs-server", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "gs", true), "fake-gcs-server"}, short) })
+	t.Run("azurite", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "az", true), "azurite"}, short) })
 	if os.Getenv("LAKEFS_SOAK") != "" {
 		t.Run("seaweedfs", func(t *testing.T) {
 			w := chaosStartWeed(t)
@@ -314,7 +322,7 @@ func chaosLastStep(path string) int64 {
 // drain (the cluster quiets down), verification (every read against what
 // the writer sealed, the store against its status) and the summary (with
 // every stall attributed, and the liveness bound checked).
-func chaosRun(t *testing.T, srv chaosS3, o chaosOptions) {
+func chaosRun(t *testing.T, srv chaosServer, o chaosOptions) {
 	c := chaosSetUp(t, srv, o)
 	c.startCluster()
 	ph := c.faultLoop()
@@ -366,7 +374,7 @@ func (c *chaosCluster) faultLoop() chaosPhase {
 // chaosCluster is one chaos run's stream, staging disk and processes.
 type chaosCluster struct {
 	t        *testing.T
-	srv      chaosS3
+	srv      chaosServer
 	o        chaosOptions
 	bin      string // lakefs-produce
 	writer   string // testdata/writer
@@ -390,7 +398,7 @@ const chaosProducers = 4
 
 // chaosSetUp builds the binaries, creates the stream and the staging
 // tmpfs, and says how to start each supervised process.
-func chaosSetUp(t *testing.T, srv chaosS3, o chaosOptions) *chaosCluster {
+func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
 	bin, writer := prdBins(t)
 	mountBin := mntBuildMount(t)
 	reader := filepath.Join(t.TempDir(), "reader")
@@ -546,7 +554,7 @@ func (c *chaosCluster) startTraining() *chaosTraining {
 // chaosKinds are the faults besides producer SIGKILLs; each is injected
 // at least once.
 var chaosKinds = []string{"mount SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "producer SIGSTOP (hung)",
-	"S3 SIGKILL", "S3 SIGTERM", "staging disk full", "mount SIGSTOP (hung)"}
+	"store SIGKILL", "store SIGTERM", "staging disk full", "mount SIGSTOP (hung)"}
 
 // injectFaults injects each kind of fault at least once, in random order,
 // then at random until the writer is done and MinChaos has passed.
@@ -653,7 +661,7 @@ func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
 		i := c.timeline.begin(kind + " " + id)
 		c.prods[id].pause(c.o.StopFor)
 		c.timeline.end(i, time.Now())
-	case "S3 SIGKILL", "S3 SIGTERM":
+	case "store SIGKILL", "store SIGTERM":
 		c.storeOutage(kind)
 	case "staging disk full":
 		i := c.timeline.begin(kind)
@@ -666,7 +674,7 @@ func (c *chaosCluster) inject(kind string, rng *rand.Rand) {
 // once it accepts a write again: the outage's end on the timeline.
 func (c *chaosCluster) storeOutage(kind string) {
 	sig := syscall.SIGKILL
-	if kind == "S3 SIGTERM" {
+	if kind == "store SIGTERM" {
 		sig = syscall.SIGTERM
 	}
 	i := c.timeline.begin(kind)
@@ -676,8 +684,7 @@ func (c *chaosCluster) storeOutage(kind string) {
 	if err := c.srv.Restart(); err != nil {
 		c.t.Fatalf("restarting %s: %v", c.srv.Name(), err)
 	}
-	bucket, _ := chaosBucket(c.url)
-	up, err := waitStoreWrites(c.ctx, c.srv.Client(), bucket)
+	up, err := waitStoreWrites(c.ctx, c.url)
 	if err != nil {
 		c.t.Errorf("%s: %v", c.srv.Name(), err)
 	}
@@ -823,7 +830,7 @@ func (c *chaosCluster) checkStore(total int64) (live, dataObjs int) {
 	prdMust(t, bin, "checkpoint", "--store", url, "--step", strconv.FormatInt(total-1, 10))
 	prdMust(t, bin, "gc", "--store", url, "--grace", "0s")
 	st = prdGetStatus(t, bin, url)
-	dataObjs, dataBytes := chaosListData(t, c.srv, url)
+	dataObjs, dataBytes := chaosListData(t, url)
 	if dataBytes != st.DataBytes {
 		t.Errorf("after the final gc data/ holds %d objects of %d bytes; the %d live steps need %d bytes", dataObjs, dataBytes, st.Live.Count, st.DataBytes)
 	}
@@ -873,7 +880,7 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 				r.who, r.end.Sub(r.start).Round(time.Second), r.what, r.bound.Round(time.Second), chaosLivenessBound)
 		}
 	}
-	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "S3 SIGKILL", "S3 SIGTERM", "staging disk full"} {
+	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "store SIGKILL", "store SIGTERM", "staging disk full"} {
 		if c.stats.faults[k] == 0 {
 			c.t.Errorf("no %s was injected: the run did not test it", k)
 		}
@@ -905,21 +912,20 @@ func chaosFillDisk(t testing.TB, dir string, d time.Duration) {
 	}
 }
 
-// chaosListData lists the stream's data/ objects with a plain S3 client.
-func chaosListData(t testing.TB, srv chaosS3, url string) (objects int, bytes int64) {
+// chaosListData lists the stream's data/ objects through the store.
+func chaosListData(t testing.TB, url string) (objects int, bytes int64) {
 	t.Helper()
-	bucket, prefix := chaosBucket(url)
-	p := s3.NewListObjectsV2Paginator(srv.Client(), &s3.ListObjectsV2Input{
-		Bucket: aws.String(bucket), Prefix: aws.String(prefix + "/data/")})
-	for p.HasMorePages() {
-		page, err := p.NextPage(t.Context())
-		if err != nil {
-			t.Fatalf("listing data/: %v", err)
-		}
-		for _, o := range page.Contents {
-			objects++
-			bytes += aws.ToInt64(o.Size)
-		}
+	s, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.Walk(t.Context(), s, "data/", "", func(o store.Info) error {
+		objects++
+		bytes += o.Size
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("listing data/: %v", err)
 	}
 	return objects, bytes
 }

@@ -256,12 +256,15 @@ func TestLifecycleBoundedStorage(t *testing.T) {
 // TestLifecycleRestartFromCheckpoint: a trainer reads to step 730 with
 // checkpoints at 650 and 700, then dies; gc runs; the restarted trainer,
 // resuming from the checkpoint at 700, reads 701.. exactly the bytes the
-// first one read (and what was produced), while steps up to 650 are gone.
+// first one read (and what was produced), while steps up to 650 are gone;
+// on versitygw, fake-gcs-server and Azurite.
 func TestLifecycleRestartFromCheckpoint(t *testing.T) {
 	mntRequireFUSE(t)
+	forEachServer(t, false, func(t *testing.T, srv storeServer) { lcRestartFromCheckpoint(t, srv.NewBucketURL(t)) })
+}
+
+func lcRestartFromCheckpoint(t *testing.T, url string) {
 	const steps, crash = 800, 730
-	srv := s3test.Start(t)
-	url := srv.NewBucketURL(t)
 	l := newStream(t, url, txn.CreateOptions{Ranks: lcRanks, ChunkSize: 64 << 10, SnapshotEvery: 50, RetainCheckpoints: 2})
 	p := txntest.Open(t, l, txn.ProducerOptions{ID: "p1", Logger: testLogger(t, slog.LevelWarn)})
 	if got := txntest.Pipeline(t, p, lcBatches(steps)...); got != steps-1 {

@@ -278,6 +278,6 @@ type mntBackend struct {
 
 func mntBackends(t testing.TB) []mntBackend {
 	bs := []mntBackend{{"file", func(t testing.TB) string { u, _ := mntFileURL(t); return u }}}
-	bs = append(bs, mntS3Backends(t)...)
+	bs = append(bs, mntServerBackends()...)
 	return slices.Clip(bs)
 }

@@ -232,12 +232,17 @@ func mntFirstDiff(got, want []mntFileRecord) string {
 
 // TestMountPyTorch: PyTorch's DataLoader with 4 forked workers reads a
 // map-style dataset of step files over the mount, and np.memmap maps step
-// files; both get exactly the produced bytes.
+// files; both get exactly the produced bytes. On every store kind.
 func TestMountPyTorch(t *testing.T) {
 	mntRequireFUSE(t)
 	mntRequirePython(t, "torch", "numpy")
+	for _, b := range mntBackends(t) {
+		t.Run(b.name, func(t *testing.T) { mntPyTorch(t, b.url(t)) })
+	}
+}
+
+func mntPyTorch(t *testing.T, url string) {
 	const steps, rank = 20, 0
-	url, _ := mntFileURL(t)
 	l := newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10})
 	p := mntNewProducer(t, l, "p1", 300<<10, 3)
 	p.addN(t, steps)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -22,14 +21,17 @@ import (
 // and a hung consumer holds producers back no longer than its heartbeat's
 // staleness limit.
 
-// TestProduceWaitsForStore: `lakefs-produce run` started while its S3
-// server is down waits for it (one line per attempt, the gauge at 1) and
+// TestProduceWaitsForStore: `lakefs-produce run` started while its store
+// server (versitygw, fake-gcs-server, Azurite) is down waits for it (one line per attempt, the gauge at 1) and
 // commits once it is back; an outage while it runs leaves the batches
 // staged until the server returns, then each is committed exactly once.
 // `--once` and `--start-timeout` still fail fast, with one line.
 func TestProduceWaitsForStore(t *testing.T) {
 	bin, _ := prdBins(t)
-	srv := s3test.Start(t)
+	forEachServer(t, true, func(t *testing.T, srv storeServer) { prdWaitsForStore(t, bin, srv) })
+}
+
+func prdWaitsForStore(t *testing.T, bin string, srv storeServer) {
 	url := srv.NewBucketURL(t)
 	prdMust(t, bin, "init", "--store", url, "--ranks", "2")
 	_, staging, _ := prdStaging(t)

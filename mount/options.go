@@ -40,7 +40,7 @@ func (op Option) Set(o *Options, v string) error { return op.set(o, "--"+op.Name
 func OptionTable() []Option {
 	return []Option{
 		{Name: "store", Env: "LAKEFS_STORE", Share: true,
-			Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...",
+			Usage: "stream URL: file:///abs/dir, s3://bucket/prefix?endpoint=...&region=..., gs://bucket/prefix or az://container/prefix?account=...",
 			set:   func(o *Options, _, v string) error { o.Store = v; return nil },
 			get:   func(o *Options) string { return o.Store }},
 		{Name: "ranks", Share: true, Usage: "ranks this node shows, e.g. 0-3,8 (default: all; only what readers open is fetched)",

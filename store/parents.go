@@ -14,7 +14,7 @@ type Ancestor struct {
 }
 
 // Ancestors lists the prefixes above rawURL's, nearest first, up to the
-// bucket (s3://) or the filesystem root (file://), with the same query.
+// bucket or container (s3://, gs://, az://) or the filesystem root (file://), with the same query.
 // Other schemes have none. It lets a caller look for a stream that would
 // contain a new one (whose gc would take the new one's objects for its
 // own garbage).
@@ -27,7 +27,7 @@ func Ancestors(rawURL string) []Ancestor {
 	switch u.Scheme {
 	case "file":
 		p = path.Clean("/" + u.Path)
-	case "s3":
+	case "s3", "gs", "az":
 		p = strings.Trim(u.Path, "/")
 	default:
 		return nil

@@ -13,6 +13,8 @@ func TestAncestors(t *testing.T) {
 		"file:///fx/data/imagenet":            {{"file:///fx/data", "imagenet"}, {"file:///fx", "data/imagenet"}, {"file:///", "fx/data/imagenet"}},
 		"s3://bkt/x/data?endpoint=http://h:1": {{"s3://bkt/x?endpoint=http://h:1", "data"}, {"s3://bkt/?endpoint=http://h:1", "x/data"}},
 		"s3://bkt":                            nil,
+		"gs://bkt/x/y?endpoint=http://h:1":    {{"gs://bkt/x?endpoint=http://h:1", "y"}, {"gs://bkt/?endpoint=http://h:1", "x/y"}},
+		"az://c/x/y?account=a":                {{"az://c/x?account=a", "y"}, {"az://c/?account=a", "x/y"}},
 		"file:///":                            nil,
 		"mem://a":                             nil,
 	} {

@@ -24,13 +24,16 @@ func Probe(ctx context.Context, s Store) error {
 	key := ProbePrefix + hex.EncodeToString(rnd[:])
 	defer s.Delete(context.WithoutCancel(ctx), key) //nolint:errcheck // best effort; gc sweeps leftovers
 	if err := CreateBytes(ctx, s, key, []byte("first")); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return fmt.Errorf("create-if-absent probe: %w: the store does not implement conditional writes (%w); use one that honours If-None-Match: * (see docs/STORES.md)", ErrNoAtomicCreate, err)
+		}
 		return fmt.Errorf("create-if-absent probe: first create of %s: %w", key, err)
 	}
 	err := CreateBytes(ctx, s, key, []byte("second"))
 	switch {
 	case errors.Is(err, ErrExists):
 	case err == nil:
-		return fmt.Errorf("create-if-absent probe: %w: a second create of %s succeeded; use a store with conditional writes (S3 If-None-Match, a local file system)", ErrNoAtomicCreate, key)
+		return fmt.Errorf("create-if-absent probe: %w: a second create of %s succeeded; use a store with conditional writes (see docs/STORES.md)", ErrNoAtomicCreate, key)
 	default:
 		return fmt.Errorf("create-if-absent probe: second create of %s: %w", key, err)
 	}

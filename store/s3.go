@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +12,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -25,7 +24,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/lakestream/lakestream/internal/backoff"
 )
@@ -69,24 +67,17 @@ type S3Options struct {
 
 // openS3 parses s3://bucket/prefix?endpoint=&region=&path-style=&part-size=.
 func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
-	bad := func(why, fix string) error {
-		return fmt.Errorf("%w: store URL %q %s; %s", ErrInvalid, raw, why, fix)
-	}
-	if u.Host == "" || u.Opaque != "" {
-		return nil, bad("names no bucket", "use s3://bucket/prefix")
-	}
-	o := S3Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
-	query, err := url.ParseQuery(u.RawQuery)
+	bad := badURL(raw)
+	bucket, prefix, query, err := bucketURL(u, bad, "bucket", "s3")
 	if err != nil {
-		// u.Query() would drop the pair silently, endpoint= included.
-		return nil, bad("has a malformed query ("+err.Error()+")", "escape '%' as %25 in parameter values")
+		return nil, err
 	}
+	o := S3Options{Bucket: bucket, Prefix: prefix}
 	for k, vs := range query {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
-			e, err := url.Parse(v)
-			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			if !validEndpoint(v) {
 				return nil, bad(fmt.Sprintf("has endpoint %q", v), "use endpoint=http://host:port")
 			}
 			o.Endpoint = v
@@ -106,11 +97,6 @@ func openS3(ctx context.Context, u *url.URL, raw string) (Store, error) {
 			o.PartSize = n
 		default:
 			return nil, bad(fmt.Sprintf("has unknown parameter %q", k), "use endpoint=, region=, path-style= or part-size=")
-		}
-	}
-	if o.Prefix != "" {
-		if err := ValidateKey(o.Prefix); err != nil {
-			return nil, bad("has an invalid prefix", "use s3://bucket/clean/prefix without '..' or '//'")
 		}
 	}
 	if err := checkBucketName(o.Bucket); err != nil {
@@ -137,6 +123,8 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 	// The SDK's own log lines (an IMDS warning when no credentials are
 	// found) would be a second, confusing report of what we say below.
 	loadOpts = append(loadOpts, config.WithLogger(logging.Nop{}))
+	name, version := agent()
+	loadOpts = append(loadOpts, config.WithAppID(name+"/"+version))
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("s3 store %s: loading AWS configuration: %w", o.Bucket, err)
@@ -157,6 +145,9 @@ func OpenS3(ctx context.Context, o S3Options) (Store, error) {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
 		so.UsePathStyle = o.PathStyle
+		// The app id comes out as "app/lakefs-mount-v1" ('/' is not
+		// allowed in it); this adds the plain "lakefs-mount/v1" token.
+		so.APIOptions = append(so.APIOptions, awsmiddleware.AddUserAgentKeyValue(name, version))
 		// Default checksums break multipart completes on some S3-compatible
 		// servers; our own CRC32C in the manifest verifies the bytes.
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
@@ -217,7 +208,7 @@ func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
 		return fmt.Errorf("%w: access to s3 bucket %q at %s denied for these credentials; grant them s3:ListBucket, GetObject, PutObject and DeleteObject on it%s",
 			ErrCredentials, o.Bucket, at, hint)
 	}
-	if why, ok := misconfigured(err); ok {
+	if why, ok := misconfigured(err, "AWS_CA_BUNDLE"); ok {
 		return fmt.Errorf("%w: the S3 endpoint %s: %s", ErrInvalid, at, why)
 	}
 	if localLimit(err) {
@@ -233,61 +224,6 @@ func openError(ctx context.Context, o S3Options, s *s3Store, err error) error {
 	}
 	return fmt.Errorf("s3 store: checking bucket %q at %s: %w", o.Bucket, at, s.flatten(err))
 }
-
-// unreachable tells an error where no request got an answer (refused,
-// no route, no such host, TLS to a plain port, a timeout) or a connection
-// was lost while a body was read, and names the cause without the SDK's
-// wrapping: the innermost network error's text.
-func unreachable(err error) (string, bool) {
-	var se *smithyhttp.RequestSendError
-	var ne net.Error
-	if !errors.As(err, &se) && !errors.As(err, &ne) {
-		return "", false
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return dns.Error(), true
-	}
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op.Error(), true
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error(), true
-	}
-	if se == nil {
-		return ne.Error(), true
-	}
-	return se.Err.Error(), true
-}
-
-// misconfigured tells an error that retrying cannot cure because the
-// endpoint's scheme or TLS setup is wrong (an https:// endpoint on a plain
-// HTTP server, a certificate nobody here trusts), and says what to fix.
-func misconfigured(err error) (string, bool) {
-	var unknownCA x509.UnknownAuthorityError
-	var badHost x509.HostnameError
-	switch {
-	case errors.Is(err, http.ErrSchemeMismatch):
-		return "the server speaks plain HTTP, not HTTPS; use an http:// endpoint= (or enable TLS on the server)", true
-	case errors.As(err, &unknownCA):
-		return "its TLS certificate is signed by an authority this machine does not trust; give the CA's certificate in AWS_CA_BUNDLE", true
-	case errors.As(err, &badHost):
-		return fmt.Sprintf("its TLS certificate does not name this host (%v); fix the host in endpoint=", badHost), true
-	}
-	return "", false
-}
-
-// localLimit tells a request that failed on a limit of this process or
-// machine (no file descriptor left for a socket) before reaching the
-// store: not a store outage, and it must not be reported as one.
-func localLimit(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
-}
-
-// ErrCredentials classifies missing, unknown or insufficient credentials.
-var ErrCredentials = errors.New("s3 credentials")
 
 // checkBucketName applies S3's bucket naming rules, so a bad name is
 // reported as such before any request (servers answer it with a bare 400).
@@ -353,15 +289,8 @@ func isCode(err error, status int, codes ...string) bool {
 // flatten keeps the SDK's error chain but gives it one line: the SDK's
 // messages embed request IDs and retry details that are noise to operators.
 func (s *s3Store) flatten(err error) error {
-	if why, ok := misconfigured(err); ok {
-		return shortError{msg: fmt.Sprintf("%s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrInvalid, err)}
-	}
-	if localLimit(err) {
-		return shortError{msg: fmt.Sprintf("no request sent to %s: %v; raise the open-file limit (ulimit -n, LimitNOFILE=)", endpointName(s.endpoint), err),
-			err: fmt.Errorf("%w: %w", ErrLocal, err)}
-	}
-	if why, ok := unreachable(err); ok {
-		return shortError{msg: fmt.Sprintf("cannot reach %s: %s", endpointName(s.endpoint), why), err: fmt.Errorf("%w: %w", ErrUnreachable, err)}
+	if terr := transportError(endpointName(s.endpoint), "AWS_CA_BUNDLE", err); terr != nil {
+		return terr
 	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -373,7 +302,10 @@ func (s *s3Store) flatten(err error) error {
 		if errors.As(err, &re) {
 			msg += fmt.Sprintf(" (HTTP %d)", re.HTTPStatusCode())
 		}
-		if unavailable(err) {
+		switch {
+		case isCode(err, http.StatusNotImplemented, "NotImplemented"):
+			err = fmt.Errorf("%w: %w", ErrUnsupported, err)
+		case unavailable(err):
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return shortError{msg: msg, err: err}
@@ -388,7 +320,7 @@ func (s *s3Store) flatten(err error) error {
 // S3's throttling codes (after the SDK's own retries gave up).
 func unavailable(err error) bool {
 	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() >= 500 {
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 500 && re.HTTPStatusCode() != http.StatusNotImplemented {
 		return true
 	}
 	return isCode(err, 0, "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException", "RequestLimitExceeded")
@@ -443,34 +375,14 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 }
 
 func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	rc, err := s.GetRangeStream(ctx, key, off, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(rc, buf); err != nil {
-		return nil, err
-	}
-	return buf, nil
+	return readRange(ctx, s, key, off, n)
 }
 
 // GetRangeStream implements RangeStreamer: the response body, read into
 // the caller's buffers.
 func (s *s3Store) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
-	if err := ValidateKey(key); err != nil {
-		return nil, err
-	}
-	if err := checkRange(key, off, n); err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		// HTTP cannot express an empty range; the contract still reports a
-		// missing object.
-		if _, err := s.Stat(ctx, key); err != nil {
-			return nil, err
-		}
-		return io.NopCloser(bytes.NewReader(nil)), nil
+	if rc, done, err := rangeStart(ctx, s, key, off, n); done {
+		return rc, err
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: &s.bucket,
@@ -482,28 +394,10 @@ func (s *s3Store) GetRangeStream(ctx context.Context, key string, off, n int64) 
 	}
 	// S3 answers a range that runs past the end with the bytes that exist:
 	// a short stream means the caller asked past the end.
-	return &exactReader{r: &s3Body{s: s, ctx: ctx, key: key, body: out.Body}, left: n, errLine: func(got int64) error {
+	return &exactReader{r: &body{c: s, ctx: ctx, op: "get range", key: key, rc: out.Body}, left: n, errLine: func(got int64) error {
 		return fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+got, ErrRange)
 	}}, nil
 }
-
-// s3Body classifies errors of a GET's body as the call's errors are.
-type s3Body struct {
-	s    *s3Store
-	ctx  context.Context
-	key  string
-	body io.ReadCloser
-}
-
-func (b *s3Body) Read(p []byte) (int, error) {
-	n, err := b.body.Read(p)
-	if err != nil && err != io.EOF {
-		err = b.s.classify(b.ctx, "get range", b.key, err)
-	}
-	return n, err
-}
-
-func (b *s3Body) Close() error { return b.body.Close() }
 
 // GetTail implements TailGetter with one suffix-range GET; the size
 // comes from its Content-Range.
@@ -571,13 +465,7 @@ func (s *s3Store) Create(ctx context.Context, key string, r io.Reader, size int6
 }
 
 func (s *s3Store) write(ctx context.Context, op, key string, r io.Reader, size int64, exclusive bool) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("%w: s3 %s %s: negative size %d", ErrInvalid, op, key, size)
-	}
-	if err := ctxErr(ctx, op, key); err != nil {
+	if err := writeStart(ctx, "s3", op, key, size); err != nil {
 		return err
 	}
 	if size > s.partSize {

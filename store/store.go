@@ -1,6 +1,6 @@
 // Package store is Lakestream's object-store layer: one small interface and
-// its backends (file://, s3://, mem://), a create-if-absent probe and a
-// fault-injecting wrapper for tests.
+// its backends (file://, s3://, gs://, az://, mem://), a create-if-absent
+// probe and a fault-injecting wrapper for tests.
 //
 // Invariants every backend keeps (the conformance suite in store/storetest
 // checks them):
@@ -49,6 +49,10 @@ var (
 	// ErrUnavailable: the server answered but cannot serve now (HTTP 5xx,
 	// throttling); the same request may succeed later.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrUnsupported: the store does not implement the request (HTTP
+	// 501), such as a conditional write on a store without them. Retrying
+	// cannot help.
+	ErrUnsupported = errors.New("not implemented by the store")
 	// ErrLocal: a limit of this process or machine (no file descriptor
 	// left, EMFILE/ENFILE) stopped the request before it reached the
 	// store. It says nothing of the store, whose health must not be judged
@@ -159,27 +163,83 @@ const reservedDir = ".lakefs-tmp"
 //
 //	file:///abs/dir                          a local directory (the default)
 //	s3://bucket/prefix?endpoint=&region=&path-style=true
+//	gs://bucket/prefix?endpoint=             Google Cloud Storage
+//	az://container/prefix?account=&endpoint= Azure Blob Storage
 //	mem://name                               in-process and empty, for unit tests
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: store URL %q is not a URL; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, Redact(rawURL))
+		return nil, fmt.Errorf("%w: store URL %q is not a URL; %s", ErrInvalid, Redact(rawURL), schemesHint)
 	}
 	// Messages quote the URL without anything that may be a secret.
 	shown := Redact(rawURL)
 	if where := userinfoIn(u); where != "" {
-		return nil, fmt.Errorf("%w: store URL %q carries credentials (user:secret@ %s); remove them and give them through the AWS credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) or, under Kubernetes, the volume's secret", ErrInvalid, shown, where)
+		return nil, fmt.Errorf("%w: store URL %q carries credentials (user:secret@ %s); remove them and give them through the cloud's credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_KEY) or, under Kubernetes, the volume's secret", ErrInvalid, shown, where)
 	}
 	switch u.Scheme {
 	case "file":
 		return openFile(u, shown)
 	case "s3":
 		return openS3(ctx, u, shown)
+	case "gs":
+		return openGCS(ctx, u, shown)
+	case "az":
+		return openAzure(ctx, u, shown)
 	case "mem":
 		return openMem(u, shown)
 	default:
-		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; use file:///abs/dir or s3://bucket/prefix", ErrInvalid, shown, u.Scheme)
+		return nil, fmt.Errorf("%w: store URL %q has unknown scheme %q; %s", ErrInvalid, shown, u.Scheme, schemesHint)
 	}
+}
+
+// schemesHint lists the store URL forms, for errors about a URL.
+const schemesHint = "use file:///abs/dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
+
+// ErrCredentials classifies missing, unknown or insufficient credentials.
+var ErrCredentials = errors.New("store credentials")
+
+// badURL makes the errors of a store URL: ErrInvalid, the URL (redacted)
+// and what is wrong with it, then the fix.
+func badURL(shown string) func(why, fix string) error {
+	return func(why, fix string) error {
+		return fmt.Errorf("%w: store URL %q %s; %s", ErrInvalid, shown, why, fix)
+	}
+}
+
+// bucketURL takes the parts every bucket URL has (s3://, gs://, az://):
+// the bucket or container (what), the clean prefix and the query, parsed
+// strictly (u.Query() would drop a malformed pair, endpoint= included).
+func bucketURL(u *url.URL, bad func(why, fix string) error, what, scheme string) (bucket, prefix string, query url.Values, err error) {
+	if u.Host == "" || u.Opaque != "" {
+		return "", "", nil, bad("names no "+what, "use "+scheme+"://"+what+"/prefix")
+	}
+	query, err = url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", "", nil, bad("has a malformed query ("+err.Error()+")", "escape '%' as %25 in parameter values")
+	}
+	prefix = strings.Trim(u.Path, "/")
+	if prefix != "" && ValidateKey(prefix) != nil {
+		return "", "", nil, bad("has an invalid prefix", "use "+scheme+"://"+what+"/clean/prefix without '..' or '//'")
+	}
+	return u.Host, prefix, query, nil
+}
+
+// validEndpoint tells an endpoint= value that is an http(s) URL with a
+// host.
+func validEndpoint(v string) bool {
+	e, err := url.Parse(v)
+	return err == nil && (e.Scheme == "http" || e.Scheme == "https") && e.Host != ""
+}
+
+// writeStart checks a write of a network backend before any request.
+func writeStart(ctx context.Context, scheme, op, key string, size int64) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("%w: %s %s %s: negative size %d", ErrInvalid, scheme, op, key, size)
+	}
+	return ctxErr(ctx, op, key)
 }
 
 // userinfoIn says where u carries user info ("in the URL", "in
@@ -241,7 +301,7 @@ func Redact(raw string) string {
 		q := u.Query()
 		for k, vs := range q {
 			switch k {
-			case "region", "path-style", "part-size":
+			case "region", "path-style", "part-size", "account":
 			case "endpoint":
 				for i, v := range vs {
 					vs[i] = redactEndpoint(v)
@@ -421,6 +481,65 @@ func GetRangeStream(ctx context.Context, s Store, key string, off, n int64) (io.
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
+
+// readRange is GetRange of a RangeStreamer: its stream read into one new
+// buffer.
+func readRange(ctx context.Context, s RangeStreamer, key string, off, n int64) ([]byte, error) {
+	rc, err := s.GetRangeStream(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// rangeStart checks a ranged read of an HTTP backend before its request
+// and answers the empty range, which HTTP cannot express (the contract
+// still reports a missing object, so it stats). done means rc and err are
+// the answer.
+func rangeStart(ctx context.Context, s Store, key string, off, n int64) (rc io.ReadCloser, done bool, err error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, true, err
+	}
+	if err := checkRange(key, off, n); err != nil {
+		return nil, true, err
+	}
+	if n > 0 {
+		return nil, false, nil
+	}
+	if _, err := s.Stat(ctx, key); err != nil {
+		return nil, true, err
+	}
+	return io.NopCloser(bytes.NewReader(nil)), true, nil
+}
+
+// classifier maps a backend's errors to the package's sentinels.
+type classifier interface {
+	classify(ctx context.Context, op, key string, err error) error
+}
+
+// body classifies the errors of a response body's reads as the call's
+// own errors are.
+type body struct {
+	rc      io.ReadCloser
+	c       classifier
+	ctx     context.Context
+	op, key string
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = b.c.classify(b.ctx, b.op, b.key, err)
+	}
+	return n, err
+}
+
+func (b *body) Close() error { return b.rc.Close() }
 
 // exactReader yields exactly n bytes of r: a stream that ends early is
 // ErrRange, as GetRange reports a range past the end.

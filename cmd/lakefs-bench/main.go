@@ -76,5 +76,5 @@ EXIT STATUS:
 // state in flags.
 func storeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
-		Usage: "where the benchmark streams go: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
+		Usage: "where the benchmark streams go: file:///abs/dir, s3://bucket/prefix?endpoint=...&region=...&path-style=true, gs://bucket/prefix or az://container/prefix?account=..."}
 }

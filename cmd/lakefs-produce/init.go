@@ -10,6 +10,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/cliapp"
 	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -83,6 +84,9 @@ func initStream(ctx context.Context, o initOptions, stdout io.Writer) error {
 		Ranks: o.Ranks, FirstStep: o.FirstStep, ChunkSize: chunk,
 		SnapshotEvery: o.SnapshotEvery, RetainCheckpoints: o.RetainCheckpoints,
 	})
+	if errors.Is(err, store.ErrNoAtomicCreate) {
+		return fmt.Errorf("refusing store %s: %w", store.Redact(o.Store), err)
+	}
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ EXIT STATUS:
 // state in flags.
 func storeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
-		Usage: "stream URL: file:///abs/dir or s3://bucket/prefix?endpoint=...&region=...&path-style=true"}
+		Usage: "stream URL: file:///abs/dir, s3://bucket/prefix?endpoint=...&region=...&path-style=true, gs://bucket/prefix or az://container/prefix?account=..."}
 }
 
 // openStore opens --store; a bad URL is a usage error.
@@ -74,7 +74,7 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 		return nil, flagval.Usagef("no store: pass --store URL or set LAKEFS_STORE")
 	}
 	if strings.HasPrefix(url, "mem:") {
-		return nil, flagval.Usagef("--store %s: a mem:// store lives only as long as one process and is for tests; use file:///abs/dir or s3://bucket/prefix", url)
+		return nil, flagval.Usagef("--store %s: a mem:// store lives only as long as one process and is for tests; use file:///abs/dir, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix", url)
 	}
 	s, err := store.Open(ctx, url)
 	if errors.Is(err, store.ErrInvalid) {

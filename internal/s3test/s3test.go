@@ -11,24 +11,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/lakestream/lakestream/internal/listen"
+	"github.com/lakestream/lakestream/internal/testproc"
 )
 
 // Credentials the test server is started with; tests export them so that the
@@ -44,40 +39,17 @@ const InstallHint = "make tools (or: GOBIN=$PWD/.tools/bin go install github.com
 
 // Server is a running versitygw.
 type Server struct {
+	*testproc.Proc
 	Endpoint  string // http://127.0.0.1:port
 	Dir       string
 	AccessKey string
 	SecretKey string
-	bin       string
-	addr      string
-	log       io.Writer
 	buckets   atomic.Int64
-
-	mu  sync.Mutex
-	cmd *exec.Cmd // GUARDED_BY(mu); nil while stopped
 }
 
 // Binary finds versitygw: $VERSITYGW, $LAKEFS_TOOLS/bin, the repository's
 // .tools/bin, then PATH.
-func Binary() (string, error) {
-	if p := os.Getenv("VERSITYGW"); p != "" {
-		return p, nil
-	}
-	var dirs []string
-	if d := os.Getenv("LAKEFS_TOOLS"); d != "" {
-		dirs = append(dirs, filepath.Join(d, "bin"))
-	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		dirs = append(dirs, filepath.Join(filepath.Dir(file), "..", "..", ".tools", "bin"))
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return exec.LookPath("versitygw")
-}
+func Binary() (string, error) { return testproc.Find("VERSITYGW", "bin/versitygw") }
 
 // Start starts a server with a temp data dir, stopped when t ends. It sets
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION for the test, so it
@@ -121,9 +93,7 @@ type LaunchOptions struct {
 }
 
 // Launch starts versitygw on a free 127.0.0.1 port and waits until it
-// listens. The port is free when picked but another process may take it
-// first, so a server that does not come up is tried twice more on a new
-// port. The caller stops it with Stop.
+// listens. The caller stops it with Stop.
 func Launch(o LaunchOptions) (*Server, error) {
 	if o.Dir == "" {
 		return nil, errors.New("s3test.Launch: no data directory")
@@ -138,94 +108,13 @@ func Launch(o LaunchOptions) (*Server, error) {
 	if o.AccessKey == "" {
 		o.AccessKey, o.SecretKey = AccessKey, SecretKey
 	}
-	if o.Log == nil {
-		o.Log = os.Stderr
+	p, err := testproc.Launch(testproc.Options{Name: "versitygw", Bin: o.Bin, Log: o.Log, Args: func(addr string) []string {
+		return []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--region", Region, "--port", addr, "--quiet", "posix", o.Dir}
+	}})
+	if err != nil {
+		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		addr, err := listen.FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		s := &Server{Endpoint: "http://" + addr, Dir: o.Dir, AccessKey: o.AccessKey, SecretKey: o.SecretKey,
-			bin: o.Bin, addr: addr, log: o.Log}
-		if err := s.start(); err != nil {
-			return nil, err
-		}
-		if waitListening(addr, 15*time.Second) {
-			return s, nil
-		}
-		s.Stop(syscall.SIGTERM)
-		if attempt == 2 {
-			return nil, fmt.Errorf("versitygw did not start listening on %s", addr)
-		}
-	}
-}
-
-func (s *Server) start() error {
-	cmd := exec.Command(s.bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", Region,
-		"--port", s.addr, "--quiet", "posix", s.Dir)
-	cmd.Stdout = s.log
-	cmd.Stderr = s.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting versitygw %s (install it with %s): %w", s.bin, InstallHint, err)
-	}
-	s.mu.Lock()
-	s.cmd = cmd
-	s.mu.Unlock()
-	return nil
-}
-
-// Stop stops the server with sig (SIGKILL: a crash; SIGTERM: a clean stop,
-// escalated to SIGKILL after 5s) and waits for it to exit. Its data stays
-// for Restart.
-func (s *Server) Stop(sig syscall.Signal) {
-	s.mu.Lock()
-	cmd := s.cmd
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-// Restart starts a stopped server again on the same port and data, as an
-// operator restarts a crashed S3 server.
-func (s *Server) Restart() error {
-	s.mu.Lock()
-	running := s.cmd != nil
-	s.mu.Unlock()
-	if running {
-		return fmt.Errorf("versitygw on %s is running", s.addr)
-	}
-	if err := s.start(); err != nil {
-		return err
-	}
-	if !waitListening(s.addr, 15*time.Second) {
-		return fmt.Errorf("restarted versitygw did not listen on %s within 15s", s.addr)
-	}
-	return nil
-}
-
-// waitListening polls until addr accepts connections. A server that
-// exits early (say, the port was taken) is noticed by the deadline.
-func waitListening(addr string, d time.Duration) bool {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(30 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			return true
-		}
-	}
-	return false
+	return &Server{Proc: p, Endpoint: "http://" + p.Addr, Dir: o.Dir, AccessKey: o.AccessKey, SecretKey: o.SecretKey}, nil
 }
 
 // Client returns a raw S3 client for the server.
@@ -293,16 +182,4 @@ func (s *Server) URL(bucket, prefix string) string {
 // prefix, so that prefix handling is always exercised.
 func (s *Server) NewBucketURL(t testing.TB) string {
 	return s.URL(s.NewBucket(t), "stream")
-}
-
-// Signal sends sig to the running server without waiting for it to exit:
-// SIGSTOP hangs it (connections accepted, never answered), SIGCONT
-// resumes it.
-func (s *Server) Signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return fmt.Errorf("versitygw on %s is not running", s.addr)
-	}
-	return s.cmd.Process.Signal(sig)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +15,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 )
 
-// Per-request timeouts of the S3 backend (docs/RELIABILITY.md). A server
-// that accepts connections and never answers, or stops in the middle of a
+// Per-request timeouts of the network backends, S3, GCS and Azure
+// (docs/RELIABILITY.md). A server that accepts connections and never answers, or stops in the middle of a
 // body, fails the request instead of hanging it. None of them bounds a
 // whole transfer: a large body takes as long as its bytes keep moving.
 const (
@@ -68,6 +69,23 @@ type idleClient struct {
 // cancelling is the one way to unblock a transport stuck in a read or a
 // write of that connection.
 func (tc idleClient) Do(req *http.Request) (*http.Response, error) {
+	return idleDo(tc.c.Do, tc.idle, req)
+}
+
+// idleTransport is idleClient as an http.RoundTripper, the form the GCS
+// and Azure SDKs take.
+type idleTransport struct {
+	rt   http.RoundTripper
+	idle time.Duration
+}
+
+func (t idleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return idleDo(t.rt.RoundTrip, t.idle, req)
+}
+
+// idleDo sends a copy of req through do, with the idle timers on its
+// bodies. The caller's request is not changed (a RoundTripper must not).
+func idleDo(do func(*http.Request) (*http.Response, error), idle time.Duration, req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	req = req.WithContext(ctx)
 	var up *requestBody
@@ -75,10 +93,10 @@ func (tc idleClient) Do(req *http.Request) (*http.Response, error) {
 		// Only with a known length: a body of unknown type and no length
 		// would be sent chunked. No GetBody: the transport must not switch
 		// to a body this timer does not see (the SDK retries instead).
-		up = &requestBody{rc: req.Body, cancel: cancel, idle: tc.idle}
+		up = &requestBody{rc: req.Body, cancel: cancel, idle: idle}
 		req.Body, req.GetBody = up, nil
 	}
-	resp, err := tc.c.Do(req)
+	resp, err := do(req)
 	if up != nil {
 		up.finish() // the first-byte timeout took over when the body was sent
 	}
@@ -89,8 +107,26 @@ func (tc idleClient) Do(req *http.Request) (*http.Response, error) {
 		cancel(nil)
 		return resp, err
 	}
-	resp.Body = &responseBody{rc: resp.Body, ctx: ctx, cancel: cancel, idle: tc.idle}
+	resp.Body = &responseBody{rc: resp.Body, ctx: ctx, cancel: cancel, idle: idle}
 	return resp, nil
+}
+
+// Timeouts are a store's per-request timeouts; zero fields take the
+// defaults above.
+type Timeouts struct {
+	Connect, FirstByte, Idle time.Duration
+}
+
+// httpClient is the HTTP client of the GCS and Azure backends: the
+// connect and first-byte timeouts on the transport, the idle timeouts
+// around it, and a connection pool sized for parallel ranged reads.
+func httpClient(t Timeouts) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: cmp.Or(t.Connect, DefaultConnectTimeout), KeepAlive: 30 * time.Second}).DialContext
+	tr.ResponseHeaderTimeout = cmp.Or(t.FirstByte, DefaultFirstByteTimeout)
+	tr.MaxIdleConns = 256
+	tr.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: idleTransport{rt: tr, idle: cmp.Or(t.Idle, DefaultIdleTimeout)}}
 }
 
 func isTimeout(err error) bool {
@@ -187,9 +223,15 @@ func (b *requestBody) finish() {
 // callers (the block cache, the commit loop) retry on their own, and three
 // SDK attempts each would multiply how long a hung store holds a reader.
 func noTimeoutRetry(err error) aws.Ternary {
-	var t interface{ Timeout() bool }
-	if errors.As(err, &t) && t.Timeout() {
+	if timedOut(err) {
 		return aws.FalseTernary
 	}
 	return aws.UnknownTernary
+}
+
+// timedOut tells a request given up by a timeout: ours above, or the
+// transport's connect and first-byte ones. No SDK retries it.
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
