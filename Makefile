@@ -20,7 +20,7 @@ IMAGE ?= lakestream/lakestream:$(VERSION)
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/fake-gcs-server $(TOOLS)/azurite/node_modules/.bin/azurite-blob $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm
+tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/fake-gcs-server $(TOOLS)/azurite/node_modules/.bin/azurite-blob $(TOOLS)/bin/staticcheck $(TOOLS)/bin/helm $(TOOLS)/bin/toxiproxy-server
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
@@ -34,6 +34,12 @@ $(TOOLS)/bin/fake-gcs-server:
 $(TOOLS)/azurite/node_modules/.bin/azurite-blob:
 	command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS)/azurite azurite@3.35.0
+
+# The fault-injecting TCP proxy between the chaos run's processes and
+# their store (this kernel has no netem). Its installed name is "server".
+$(TOOLS)/bin/toxiproxy-server:
+	GOBIN=$(TOOLS)/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
+	mkdir -p $(TOOLS)/bin && mv $(TOOLS)/toxiproxy/server $@
 
 $(TOOLS)/bin/staticcheck:
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2

@@ -36,14 +36,20 @@ const (
 	// promises 30 s, the rest is margin for a loaded 2-core machine.
 	chaosLivenessBound = 120 * time.Second
 	chaosSampleEvery   = 250 * time.Millisecond
+	// chaosHealBound is the bound from a network fault healing to
+	// progress when the heal is the last thing a stall waited out;
+	// docs/RELIABILITY.md promises 30 s, the rest is margin.
+	chaosHealBound = 60 * time.Second
 )
 
 // chaosFault is one injected fault; end is when the harness undid it (the
-// store: when it accepted a write again). An instant fault (a kill whose
-// process is restarted at once) has end == start.
+// store: when it accepted a write again; a network fault: when its link
+// healed). An instant fault (a kill whose process is restarted at once)
+// has end == start.
 type chaosFault struct {
 	what       string
 	start, end time.Time
+	link       string // a network fault's link (the process it hit); "" for others
 }
 
 // chaosOutage is one time the store was down: from just before it was
@@ -64,6 +70,15 @@ func (tl *chaosTimeline) begin(what string) int {
 	now := time.Now()
 	tl.faults = append(tl.faults, chaosFault{what: what, start: now, end: now})
 	return len(tl.faults) - 1
+}
+
+// beginNet records the start of a network fault on link.
+func (tl *chaosTimeline) beginNet(what, link string) int {
+	i := tl.begin(what)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.faults[i].link = link
+	return i
 }
 
 func (tl *chaosTimeline) end(i int, at time.Time) {
@@ -444,7 +459,11 @@ type chaosStallRow struct {
 	fault        *chaosFault   // the last fault before its end; nil if none
 	storeDown    time.Duration // store downtime inside the stall
 	upToProgress time.Duration // from the last store-up inside it to its end
-	bound        time.Duration // what the liveness bound is checked against
+	// healed is the last network fault that healed inside the stall, and
+	// healToProgress the time from that heal to the stall's end.
+	healed         *chaosFault
+	healToProgress time.Duration
+	bound          time.Duration // what the liveness bound is checked against
 }
 
 // attribute puts each stall next to the faults and outages.
@@ -469,6 +488,10 @@ func attribute(stalls []chaosStall, faults []chaosFault, outages []chaosOutage) 
 		if r.storeDown > 0 && !lastUp.IsZero() {
 			r.upToProgress = s.end.Sub(lastUp)
 			r.bound = r.upToProgress
+		}
+		if r.healed = lastHealIn(faults, s); r.healed != nil {
+			r.healToProgress = s.end.Sub(r.healed.end)
+			r.bound = min(r.bound, r.healToProgress)
 		}
 		rows = append(rows, r)
 	}
@@ -510,6 +533,22 @@ func lastFaultBefore(faults []chaosFault, s chaosStall) *chaosFault {
 	return during
 }
 
+// lastHealIn is the network fault that healed last inside s, if one was
+// on during it.
+func lastHealIn(faults []chaosFault, s chaosStall) *chaosFault {
+	var last *chaosFault
+	for i := range faults {
+		f := &faults[i]
+		if f.link == "" || f.end.Before(s.start) || f.end.After(s.end) {
+			continue
+		}
+		if last == nil || f.end.After(last.end) {
+			last = f
+		}
+	}
+	return last
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -533,7 +572,7 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 	}
 	fmt.Fprintf(w, "attributed stalls (over %s):\n", chaosStallMin)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "who\twaited for\tat\tstalled\tlast fault before\tfault end -> progress\tstore")
+	fmt.Fprintln(tw, "who\twaited for\tat\tstalled\tlast fault before\tfault end -> progress\tstore\tnetwork")
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
 	for _, r := range rows {
 		fault, after := "none", "-"
@@ -548,11 +587,15 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 		if r.storeDown > 0 {
 			storeCol = fmt.Sprintf("explained by the store: down %s of it, up -> progress %s", sec(r.storeDown), sec(r.upToProgress))
 		}
+		netCol := "no heal inside"
+		if r.healed != nil {
+			netCol = fmt.Sprintf("%s healed at %s, heal -> progress %s", r.healed.what, sec(r.healed.end.Sub(start)), sec(r.healToProgress))
+		}
 		stalled := sec(r.end.Sub(r.start))
 		if r.open {
 			stalled += " (still at the end)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.who, r.what, sec(r.start.Sub(start)), stalled, fault, after, storeCol)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.who, r.what, sec(r.start.Sub(start)), stalled, fault, after, storeCol, netCol)
 	}
 	_ = tw.Flush()
 }

@@ -67,38 +67,86 @@ type chaosOptions struct {
 	Outage    time.Duration // how long the S3 server stays down
 	StopFor   time.Duration // how long a producer stays SIGSTOPped
 	TmpfsSize string
+	// Net puts every process behind its own faulty link (chaos_net_test.go).
+	Net     bool
+	NetFor  [2]time.Duration // a partition, half-open, cut, reset or refused link lasts this long
+	SlowFor [2]time.Duration // a slow link or a storm lasts this long
+	// Rescheduled is how many rescheduled zombies the run must see, at
+	// least (with Net).
+	Rescheduled int
 }
 
 func TestChaos(t *testing.T) {
 	mntRequireFUSE(t)
 	o := chaosOptions{Batches: 80, Pause: 400 * time.Millisecond, MinChaos: 60 * time.Second,
 		Outage: 4 * time.Second, StopFor: 6 * time.Second, TmpfsSize: "24m"}
-	if d := os.Getenv("LAKEFS_SOAK"); d != "" {
-		dur, err := time.ParseDuration(d)
+	soak := os.Getenv("LAKEFS_SOAK") != ""
+	if soak {
+		dur, err := time.ParseDuration(os.Getenv("LAKEFS_SOAK"))
 		if err != nil {
-			t.Fatalf("LAKEFS_SOAK=%q: want a duration such as 20m: %v", d, err)
+			t.Fatalf("LAKEFS_SOAK=%q: want a duration such as 20m: %v", os.Getenv("LAKEFS_SOAK"), err)
 		}
 		o.MinChaos, o.Batches, o.Outage, o.StopFor = dur, int(dur/(600*time.Millisecond)), 10*time.Second, 15*time.Second
 	}
-	t.Run("versitygw", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "s3", true), "versitygw"}, o) })
+	// The network faults run on the S3 servers; the soak's are longer:
+	// partitions up to 90 s, slow links for minutes, 10 rescheduled
+	// zombies at least.
+	net := o
+	net.Net, net.NetFor, net.SlowFor, net.Rescheduled = true, [2]time.Duration{5 * time.Second, 12 * time.Second},
+		[2]time.Duration{10 * time.Second, 20 * time.Second}, 1
+	if soak {
+		net.NetFor, net.SlowFor, net.Rescheduled = [2]time.Duration{5 * time.Second, 90 * time.Second},
+			[2]time.Duration{60 * time.Second, 180 * time.Second}, 10
+	}
+	runs := chaosServers(t)
+	if runs["versitygw"] {
+		t.Run("versitygw", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "s3", true), "versitygw"}, net) })
+	}
 	// A shorter run on each emulator: the same faults (the emulator
 	// killed and restarted on its files, producers killed, a zombie, a
 	// mount killed), fewer batches.
 	short := o
-	if os.Getenv("LAKEFS_SOAK") == "" {
+	if !soak {
 		short.Batches, short.MinChaos = 16, 20*time.Second
 	}
-	t.Run("fake-gcs-server", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "gs", true), "fake-gcs-server"}, short) })
-	t.Run("azurite", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "az", true), "azurite"}, short) })
-	if os.Getenv("LAKEFS_SOAK") != "" {
+	if runs["fake-gcs-server"] {
+		t.Run("fake-gcs-server", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "gs", true), "fake-gcs-server"}, short) })
+	}
+	if runs["azurite"] {
+		t.Run("azurite", func(t *testing.T) { chaosRun(t, chaosNamed{startServer(t, "az", true), "azurite"}, short) })
+	}
+	if runs["seaweedfs"] {
 		t.Run("seaweedfs", func(t *testing.T) {
 			w := chaosStartWeed(t)
-			o := o
+			o := net
 			// Its conditional creates take seconds under contention.
 			o.Batches /= 3
 			chaosRun(t, w, o)
 		})
 	}
+}
+
+// chaosServers are the servers TestChaos runs on: LAKEFS_CHAOS_SERVERS
+// (comma-separated) names them; by default versitygw and the two
+// emulators, and under the soak versitygw and SeaweedFS.
+func chaosServers(t *testing.T) map[string]bool {
+	list := os.Getenv("LAKEFS_CHAOS_SERVERS")
+	if list == "" {
+		list = "versitygw,fake-gcs-server,azurite"
+		if os.Getenv("LAKEFS_SOAK") != "" {
+			list = "versitygw,seaweedfs"
+		}
+	}
+	runs := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		switch n = strings.TrimSpace(n); n {
+		case "versitygw", "fake-gcs-server", "azurite", "seaweedfs":
+			runs[n] = true
+		default:
+			t.Fatalf("LAKEFS_CHAOS_SERVERS: no chaos server %q; use versitygw, fake-gcs-server, azurite or seaweedfs", n)
+		}
+	}
+	return runs
 }
 
 // chaosStats is what the run counts.
@@ -202,16 +250,20 @@ func (s *chaosSup) waitExit(exited <-chan struct{}) {
 
 // kill SIGKILLs the current incarnation and waits until it is gone (the
 // supervisor then starts the next one).
-func (s *chaosSup) kill() {
+// A detached incarnation (a zombie to be) is not the supervisor's to
+// kill: kill then says it did nothing.
+func (s *chaosSup) kill() bool {
 	s.mu.Lock()
 	cmd, exited := s.cur, s.exited
+	if cmd == nil || s.detach {
+		s.mu.Unlock()
+		return false
+	}
 	s.killed = true
 	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
 	_ = cmd.Process.Kill()
 	s.waitExit(exited)
+	return true
 }
 
 // zombie SIGSTOPs the current incarnation and lets the supervisor start a
@@ -340,7 +392,7 @@ func chaosRun(t *testing.T, srv chaosServer, o chaosOptions) {
 
 	sum := c.checkReads(want)
 	sum.liveSteps, sum.dataObjs = c.checkStore(int64(len(want)))
-	sum.server, sum.chaosTime, sum.zombies = srv.Name(), ph.chaosTime, ph.zombies
+	sum.server, sum.chaosTime, sum.zombies, sum.rescheduled = srv.Name(), ph.chaosTime, ph.zombies, ph.rescheduled
 	sum.ckpts, sum.gcRuns, sum.steps = ph.training.ckpts, ph.training.gcRuns, int64(len(want))
 	faults, outages := c.timeline.snapshot()
 	sum.stalls = attribute(stalls, faults, outages)
@@ -350,10 +402,11 @@ func chaosRun(t *testing.T, srv chaosServer, o chaosOptions) {
 
 // chaosPhase is what the fault loop leaves running or learned.
 type chaosPhase struct {
-	chaosTime time.Duration
-	zombies   []string
-	training  *chaosTraining
-	monitor   *chaosMonitor
+	chaosTime   time.Duration
+	zombies     []string
+	rescheduled []string
+	training    *chaosTraining
+	monitor     *chaosMonitor
 }
 
 // faultLoop starts the writer, training and the stall monitor, and
@@ -362,7 +415,7 @@ func (c *chaosCluster) faultLoop() chaosPhase {
 	c.start = time.Now()
 	w := c.startWriter()
 	ph := chaosPhase{monitor: c.startMonitor(w.done), training: c.startTraining()}
-	ph.zombies = c.injectFaults(w.done)
+	ph.zombies, ph.rescheduled = c.injectFaults(w.done)
 	<-w.done
 	if w.err != nil {
 		c.t.Fatalf("writer: %v\n%s", w.err, w.stderr)
@@ -385,12 +438,16 @@ type chaosCluster struct {
 	dirs     map[string]string // producer id: its staging directory
 	prods    map[string]*chaosSup
 	nodes    []*chaosNode
-	stats    *chaosStats
-	timeline *chaosTimeline
-	start    time.Time // of the fault loop
-	ctx      context.Context
-	cancel   context.CancelFunc
-	procs    sync.WaitGroup
+	net      *chaosNet // nil: every process reaches the store directly
+	// zombieRoot holds the staging directories of rescheduled zombies'
+	// successors.
+	zombieRoot string
+	stats      *chaosStats
+	timeline   *chaosTimeline
+	start      time.Time // of the fault loop
+	ctx        context.Context
+	cancel     context.CancelFunc
+	procs      sync.WaitGroup
 }
 
 // chaosProducers is how many `lakefs-produce run` processes commit.
@@ -416,6 +473,10 @@ func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
 	if err := os.Mkdir(c.staging, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if o.Net {
+		c.startNet()
+		c.zombieRoot = t.TempDir()
+	}
 	if err := syscall.Mount("tmpfs", c.staging, "tmpfs", 0, "size="+o.TmpfsSize); err != nil {
 		t.Fatalf("mounting a tmpfs for the staging disk: %v", err)
 	}
@@ -428,7 +489,7 @@ func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
 			t.Fatal(err)
 		}
 		c.prods[id] = &chaosSup{name: "producer " + id, kind: "producer", stats: c.stats, t: t, start: func() *exec.Cmd {
-			return exec.Command(bin, "run", "--store", url, "--staging", c.dirs[id], "--producer-id", id,
+			return exec.Command(bin, "run", "--store", c.urlFor("producer "+id), "--staging", c.dirs[id], "--producer-id", id,
 				"--poll", "100ms", "--max-lead", "40", "--progress", "log")
 		}}
 	}
@@ -453,7 +514,7 @@ func (c *chaosCluster) node(root, name string, i int, mountBin, reader string) *
 	n.mount = &chaosSup{name: "mount " + name, kind: "mount", stats: c.stats, t: t,
 		reap: func() { mntAbortFUSE(t, n.mnt, true) },
 		start: func() *exec.Cmd {
-			return exec.Command(mountBin, "--store", c.url, "--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
+			return exec.Command(mountBin, "--store", c.urlFor("mount "+name), "--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
 				"--cache-size", "128MiB", "--prefetch-steps", "4", "--poll-interval", "50ms", "--heartbeat-interval", "1s", n.mnt)
 		}}
 	n.reader = &chaosSup{name: "reader " + name, kind: "reader", stats: c.stats, t: t, start: func() *exec.Cmd {
@@ -558,9 +619,11 @@ var chaosKinds = []string{"mount SIGKILL", "mount SIGKILL", "producer SIGSTOP (z
 
 // injectFaults injects each kind of fault at least once, in random order,
 // then at random until the writer is done and MinChaos has passed.
-// Producer SIGKILLs run on their own, more often. It returns how each
-// woken zombie exited.
-func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) []string {
+// Producer SIGKILLs run on their own, more often; with a network, its
+// faults and the rescheduled zombies run on their own too, mixed with
+// the others. It returns how each woken zombie and each rescheduled
+// zombie's old incarnation ended.
+func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) (zombies, rescheduled []string) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
 	chaosUntil := time.Now().Add(c.o.MinChaos)
 	over := func() bool {
@@ -571,52 +634,74 @@ func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) []string {
 			return false
 		}
 	}
-	killerDone := make(chan struct{})
-	krng := rand.New(rand.NewPCG(rng.Uint64(), 1)) // seeded here: rng is this goroutine's
-	go func() {
-		defer close(killerDone)
+	var loops sync.WaitGroup
+	var mu sync.Mutex
+	krng := rand.New(rand.NewPCG(rng.Uint64(), 1)) // each loop's rng is seeded here: rng is this goroutine's
+	loops.Go(func() {
 		for !over() && c.ctx.Err() == nil {
 			time.Sleep(time.Second + time.Duration(krng.Int64N(int64(3*time.Second))))
 			id := c.ids[krng.IntN(len(c.ids))]
 			c.timeline.begin("producer SIGKILL " + id)
-			c.prods[id].kill()
-			c.stats.fault("producer SIGKILL")
+			if c.prods[id].kill() {
+				c.stats.fault("producer SIGKILL")
+			}
 		}
-	}()
-	kinds := slices.Clone(chaosKinds)
-	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
-	var zombies []string
-	var zmu sync.Mutex
+	})
+	if c.net != nil {
+		nrng, zrng := rand.New(rand.NewPCG(rng.Uint64(), 2)), rand.New(rand.NewPCG(rng.Uint64(), 3))
+		loops.Go(func() { c.faultLoopOf(chaosNetKinds, nrng, over, c.netFault) })
+		loops.Go(func() {
+			for !over() && c.ctx.Err() == nil {
+				time.Sleep(3*time.Second + time.Duration(zrng.Int64N(int64(7*time.Second))))
+				c.stats.fault("net zombie (rescheduled)")
+				if how := c.reschedule(c.ids[zrng.IntN(len(c.ids))], zrng); how != "" {
+					mu.Lock()
+					rescheduled = append(rescheduled, how)
+					mu.Unlock()
+				}
+			}
+		})
+	}
 	var zombieWG sync.WaitGroup
-	for i := 0; i < len(kinds) || !over(); i++ {
-		var kind string
+	c.faultLoopOf(chaosKinds, rng, over, func(kind string, rng *rand.Rand) {
+		if kind != "producer SIGSTOP (zombie)" {
+			c.inject(kind, rng)
+			return
+		}
+		// It is stopped for StopFor and then woken (in p.zombie).
+		id := c.ids[rng.IntN(len(c.ids))]
+		fi := c.timeline.begin(kind + " " + id)
+		time.AfterFunc(c.o.StopFor, func() { c.timeline.end(fi, time.Now()) })
+		p := c.prods[id]
+		zombieWG.Go(func() {
+			z := c.wakeZombie(p)
+			mu.Lock()
+			zombies = append(zombies, z)
+			mu.Unlock()
+		})
+	})
+	loops.Wait()
+	zombieWG.Wait()
+	return zombies, rescheduled
+}
+
+// faultLoopOf injects each of kinds once, in random order, 2-5 s apart,
+// then kinds drawn at random until over.
+func (c *chaosCluster) faultLoopOf(kinds []string, rng *rand.Rand, over func() bool, inject func(string, *rand.Rand)) {
+	kinds = slices.Clone(kinds)
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	for i := 0; (i < len(kinds) || !over()) && c.ctx.Err() == nil; i++ {
+		kind := kinds[rng.IntN(len(kinds))]
 		if i < len(kinds) {
 			kind = kinds[i]
-		} else {
-			kind = kinds[rng.IntN(len(kinds))]
 		}
 		time.Sleep(2*time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
 		c.stats.fault(kind)
-		c.t.Logf("%6.1fs: %s", time.Since(c.start).Seconds(), kind)
-		if kind == "producer SIGSTOP (zombie)" {
-			// It is stopped for StopFor and then woken (in p.zombie).
-			id := c.ids[rng.IntN(len(c.ids))]
-			fi := c.timeline.begin(kind + " " + id)
-			time.AfterFunc(c.o.StopFor, func() { c.timeline.end(fi, time.Now()) })
-			p := c.prods[id]
-			zombieWG.Go(func() {
-				z := c.wakeZombie(p)
-				zmu.Lock()
-				zombies = append(zombies, z)
-				zmu.Unlock()
-			})
-			continue
+		if !strings.HasPrefix(kind, "net ") {
+			c.t.Logf("%6.1fs: %s", time.Since(c.start).Seconds(), kind)
 		}
-		c.inject(kind, rng)
+		inject(kind, rng)
 	}
-	<-killerDone
-	zombieWG.Wait()
-	return zombies
 }
 
 // wakeZombie SIGSTOPs p while the supervisor starts a new incarnation,
@@ -735,6 +820,7 @@ type chaosSummary struct {
 	server                   string
 	chaosTime, stall         time.Duration
 	zombies                  []string // how each woken zombie ended
+	rescheduled              []string // how each rescheduled zombie's old incarnation ended
 	ckpts, gcRuns            int
 	steps, files, bytesRead  int64
 	mismatches, dups, losses int64
@@ -862,6 +948,13 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	for _, z := range slices.Sorted(maps.Keys(zc)) {
 		fmt.Fprintf(tw, "zombie woken: %s\t%d\t\n", z, zc[z])
 	}
+	rc := map[string]int{}
+	for _, z := range sum.rescheduled {
+		rc[z]++
+	}
+	for _, z := range slices.Sorted(maps.Keys(rc)) {
+		fmt.Fprintf(tw, "rescheduled zombie: %s\t%d\t\n", z, rc[z])
+	}
 	fmt.Fprintf(tw, "checkpoints / gc runs\t%d / %d\t\n", sum.ckpts, sum.gcRuns)
 	fmt.Fprintf(tw, "steps\t%d\t\n", sum.steps)
 	fmt.Fprintf(tw, "files read\t%d\t\n", sum.files)
@@ -875,12 +968,23 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	writeStallTable(&table, sum.stalls, c.start)
 	c.t.Logf("chaos summary:\n%s", table.String())
 	for _, r := range sum.stalls {
+		if r.healed != nil && r.bound == r.healToProgress && r.bound > chaosHealBound {
+			c.t.Errorf("liveness: %s waited %s for %s; %s from %s healing to progress exceeds %s",
+				r.who, r.end.Sub(r.start).Round(time.Second), r.what, r.bound.Round(time.Second), r.healed.what, chaosHealBound)
+		}
 		if r.bound > chaosLivenessBound {
 			c.t.Errorf("liveness: %s waited %s for %s; %s from the store being back up (or the stall's start) to progress exceeds %s",
 				r.who, r.end.Sub(r.start).Round(time.Second), r.what, r.bound.Round(time.Second), chaosLivenessBound)
 		}
 	}
-	for _, k := range []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "store SIGKILL", "store SIGTERM", "staging disk full"} {
+	want := []string{"producer SIGKILL", "mount SIGKILL", "producer SIGSTOP (zombie)", "store SIGKILL", "store SIGTERM", "staging disk full"}
+	if c.net != nil {
+		want = append(want, chaosNetKinds...)
+		if rc["fenced"] < c.o.Rescheduled {
+			c.t.Errorf("%d rescheduled zombies were fenced; the run must see at least %d", rc["fenced"], c.o.Rescheduled)
+		}
+	}
+	for _, k := range want {
 		if c.stats.faults[k] == 0 {
 			c.t.Errorf("no %s was injected: the run did not test it", k)
 		}

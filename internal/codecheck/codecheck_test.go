@@ -27,7 +27,7 @@ var layers = Layers{
 	// lakefs-mount through mount/proc.
 	Sideways: map[string]bool{"csi->mount": true},
 	Private: []string{
-		"bench", "internal/s3test", "internal/gcstest", "internal/aztest", "internal/testproc", "internal/codecheck", "store/storetest",
+		"bench", "internal/s3test", "internal/gcstest", "internal/aztest", "internal/toxitest", "internal/testproc", "internal/codecheck", "store/storetest",
 		"internal/procstat", "txn/txntest",
 	},
 	// Only cmd/ may import them: lakefs-bench hosts the benchmarks, and
