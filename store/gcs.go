@@ -294,9 +294,9 @@ func (s *gcsStore) GetTail(ctx context.Context, key string, n int64) ([]byte, in
 		return nil, 0, err
 	}
 	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, n+1))
+	b, err := io.ReadAll(io.LimitReader(&body{c: s, ctx: ctx, op: "get tail", key: key, rc: r}, n+1))
 	if err != nil {
-		return nil, 0, s.classify(ctx, "get tail", key, err)
+		return nil, 0, err
 	}
 	size := r.Attrs.Size
 	if int64(len(b)) > n {

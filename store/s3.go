@@ -371,7 +371,7 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.classify(ctx, "get", key, err)
 	}
-	return out.Body, nil
+	return &body{c: s, ctx: ctx, op: "get", key: key, rc: out.Body}, nil
 }
 
 func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
@@ -425,9 +425,9 @@ func (s *s3Store) GetTail(ctx context.Context, key string, n int64) ([]byte, int
 		return nil, 0, err
 	}
 	defer out.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Body, n+1))
+	b, err := io.ReadAll(io.LimitReader(&body{c: s, ctx: ctx, op: "get tail", key: key, rc: out.Body}, n+1))
 	if err != nil {
-		return nil, 0, s.classify(ctx, "get tail", key, err)
+		return nil, 0, err
 	}
 	size := int64(len(b)) // a server that ignored the range sent it all
 	if cr := aws.ToString(out.ContentRange); cr != "" {

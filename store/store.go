@@ -533,7 +533,14 @@ type body struct {
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == nil, err == io.EOF:
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The connection closed before the body's length: lost on the
+		// way (a reset, a middlebox that dropped it), not a bad object,
+		// so callers retry it as they retry a store they cannot reach.
+		err = fmt.Errorf("%s %s: the connection was lost mid-body: %w: %w", b.op, b.key, ErrUnreachable, err)
+	default:
 		err = b.c.classify(b.ctx, b.op, b.key, err)
 	}
 	return n, err

@@ -91,11 +91,32 @@ func (s *Server) Link(t testing.TB, name, upstream string) *Link {
 // "downstream": to the client).
 func (l *Link) add(typ, stream string, attrs toxiproxy.Attributes) error {
 	name := fmt.Sprintf("%s_%s_%d", typ, stream, len(l.toxics))
-	if _, err := l.p.AddToxic(name, typ, stream, 1, attrs); err != nil {
-		return fmt.Errorf("toxiproxy: %s on link %s: %w", typ, l.Name, err)
+	var err error
+	for range 5 {
+		// The server's API gives up (an HTML timeout page) when a link's
+		// pipes are slow to take the new toxic, as when its client has
+		// stopped reading; the toxic may be on anyway.
+		if _, err = l.p.AddToxic(name, typ, stream, 1, attrs); err == nil || l.has(name) {
+			l.toxics = append(l.toxics, name)
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	l.toxics = append(l.toxics, name)
-	return nil
+	return fmt.Errorf("toxiproxy: %s on link %s: %w", typ, l.Name, err)
+}
+
+// has says whether the link has the toxic name.
+func (l *Link) has(name string) bool {
+	ts, err := l.p.Toxics()
+	if err != nil {
+		return false
+	}
+	for _, t := range ts {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // set replaces the link's fault with toxics, each (type, stream, attrs).
@@ -121,7 +142,14 @@ type toxic struct {
 // clear removes the current toxics and enables the link.
 func (l *Link) clear() error {
 	for _, n := range l.toxics {
-		if err := l.p.RemoveToxic(n); err != nil {
+		var err error
+		for range 5 {
+			if err = l.p.RemoveToxic(n); err == nil || !l.has(n) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil && l.has(n) {
 			return fmt.Errorf("toxiproxy: removing %s from link %s: %w", n, l.Name, err)
 		}
 	}

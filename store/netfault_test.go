@@ -1,0 +1,139 @@
+package store_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/lakestream/lakestream/internal/aztest"
+	"github.com/lakestream/lakestream/internal/gcstest"
+	"github.com/lakestream/lakestream/internal/s3test"
+	"github.com/lakestream/lakestream/internal/toxitest"
+	"github.com/lakestream/lakestream/store"
+)
+
+// TestNetworkFaultsTimeoutsHold puts each backend, with its default
+// timeouts (5 s connect, 10 s to first byte, 10 s idle), behind a
+// Toxiproxy link to its real server and breaks the network: no request
+// outlives its timeout on a blackholed connection (before its answer, or
+// with a body half read), a body cut mid-stream is an error and never
+// short bytes, and a slow but moving body arrives whole. The bounds
+// checked are the timeout plus 10 s: what is asserted is that nothing
+// hangs, not how fast.
+func TestNetworkFaultsTimeoutsHold(t *testing.T) {
+	tox := toxitest.Start(t)
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"s3", func(t *testing.T) string { return s3test.Start(t).NewBucketURL(t) }},
+		{"gs", func(t *testing.T) string { return gcstest.Start(t).NewBucketURL(t) }},
+		{"az", func(t *testing.T) string { return aztest.Start(t).NewBucketURL(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			direct := tc.url(t)
+			up, err := toxitest.Upstream(direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := tox.Link(t, tc.name, up)
+			via, err := l.Via(direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := store.Open(t.Context(), via)
+			if err != nil {
+				t.Fatal(err)
+			}
+			netFaults(t, s, l)
+		})
+	}
+}
+
+func netFaults(t *testing.T, s store.Store, l *toxitest.Link) {
+	ctx := t.Context()
+	data := make([]byte, 8<<20)
+	_, _ = rand.Read(data)
+	if err := store.PutBytes(ctx, s, "obj", data); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bounded runs f and fails unless it returns a transient error
+	// within limit.
+	bounded := func(what string, limit time.Duration, f func() error) {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		took := time.Since(start)
+		switch {
+		case err == nil:
+			t.Errorf("%s: succeeded; want an error", what)
+		case took > limit:
+			t.Errorf("%s: took %s; want at most %s (err %v)", what, took.Round(time.Millisecond), limit, err)
+		case !store.Transient(err):
+			t.Errorf("%s: %v; want a transient error, which callers retry", what, err)
+		}
+		t.Logf("%s: %s: %v", what, took.Round(time.Millisecond), err)
+	}
+	readAll := func() ([]byte, error) { return store.ReadAll(ctx, s, "obj") }
+
+	must(l.Partition())
+	bounded("get, partitioned", store.DefaultFirstByteTimeout+10*time.Second, func() error { _, err := readAll(); return err })
+	bounded("put, partitioned", store.DefaultFirstByteTimeout+10*time.Second, func() error {
+		return store.PutBytes(ctx, s, "other", data[:1<<20])
+	})
+	must(l.Heal())
+
+	// A body half read when the link goes dark: the idle timeout. The
+	// object is large enough that the server is still sending when the
+	// link goes dark (Toxiproxy's blackhole drops bytes but passes on a
+	// close, and a server that has sent everything may close).
+	big := make([]byte, 48<<20)
+	must(store.PutBytes(ctx, s, "big", big))
+	rc, err := s.Get(ctx, "big")
+	must(err)
+	if _, err := io.ReadFull(rc, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	must(l.Partition())
+	// GCS's reader reopens a stalled body once at its offset, and that
+	// request then waits out the first-byte timeout.
+	bounded("body, partitioned after 1 MiB", store.DefaultIdleTimeout+store.DefaultFirstByteTimeout+10*time.Second, func() error {
+		_, err := io.Copy(io.Discard, rc)
+		return err
+	})
+	rc.Close()
+
+	// Every connection cut after 1 MiB: an error callers retry, or (GCS's
+	// reader resumes at its offset on a new connection) the whole object;
+	// never short bytes.
+	must(l.CutAfter(1 << 20))
+	got, err := readAll()
+	switch {
+	case err == nil && !bytes.Equal(got, data):
+		t.Errorf("get, cut after 1 MiB: %d bytes and no error; want the object or an error", len(got))
+	case err != nil && !store.Transient(err):
+		t.Errorf("get, cut after 1 MiB: %v; want an error callers retry (a cut body is no bad object)", err)
+	}
+	t.Logf("get, cut after 1 MiB: %d bytes, %v", len(got), err)
+
+	// 2 MB/s with latency: 8 MiB takes about 4 s, but bytes keep moving,
+	// so no timeout may cut it.
+	must(l.Slow(2<<20, 100*time.Millisecond, 50*time.Millisecond))
+	got, err = readAll()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("get over a slow link: %d bytes, err %v; want the whole object", len(got), err)
+	}
+	must(l.Heal())
+	got, err = readAll()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("get after the heal: %d bytes, err %v", len(got), err)
+	}
+}
