@@ -168,13 +168,12 @@ func (c *chaosCluster) reschedule(id string, rng *rand.Rand) string {
 		c.t.Errorf("partitioning %s: %v", name, err)
 		return ""
 	}
-	fi := c.timeline.beginNet("net zombie (rescheduled) "+id, name)
 	old, ok := c.prods[id].detachRunning()
 	if !ok {
 		_ = l.Heal()
-		c.timeline.end(fi, time.Now())
 		return ""
 	}
+	fi := c.timeline.beginNet("net zombie (rescheduled) "+id, name)
 	dir := filepath.Join(c.zombieRoot, fmt.Sprintf("%s-z%d", id, seq))
 	copied, err := chaosCopySealed(c.dirs[id], dir)
 	if err != nil {
@@ -262,11 +261,14 @@ func (in chaosIncarnation) wait(d time.Duration) (int, string) {
 
 // detachRunning lets the current incarnation go on unsupervised (it is
 // neither killed nor waited for by the supervisor, which starts the next
-// one at once) and returns it.
+// one at once) and returns it. Only an incarnation that is the producer
+// (it has registered) is let go: one still waiting for the staging
+// directory's lock (a SIGSTOPped zombie holds it) would never commit, so
+// it could not be a zombie that comes back.
 func (s *chaosSup) detachRunning() (chaosIncarnation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil || s.detach {
+	if s.cur == nil || s.detach || !strings.Contains(s.out.String(), `msg="producer registered"`) {
 		return chaosIncarnation{}, false
 	}
 	select {

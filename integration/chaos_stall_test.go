@@ -171,6 +171,14 @@ type chaosMonitor struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	stalls []chaosStall // read after stop
+	lags   []chaosLag   // read after stop
+}
+
+// chaosLag is how far each node's reader was behind the head at one
+// sample: committed steps it had not read.
+type chaosLag struct {
+	at  time.Time
+	lag map[string]int64 // by node name
 }
 
 // startMonitor starts sampling the waiters of c and the stream's head.
@@ -265,7 +273,76 @@ func (m *chaosMonitor) sampleLoop(ctx context.Context, ws []chaosWaiter) {
 		for _, s := range states {
 			m.step(s, time.Now())
 		}
+		m.sampleLag(ws)
 	}
+}
+
+// sampleLag records each reader's lag behind the head.
+func (m *chaosMonitor) sampleLag(ws []chaosWaiter) {
+	head := m.head.Load()
+	if head < 0 {
+		return
+	}
+	l := chaosLag{at: time.Now(), lag: map[string]int64{}}
+	for _, w := range ws {
+		if r, ok := w.(*chaosReaderWaiter); ok {
+			l.lag[r.n.name] = max(0, head+1-r.rec.lines)
+		}
+	}
+	m.lags = append(m.lags, l)
+}
+
+// chaosLagSlack is how much a healthy node's lag behind the head may grow
+// while another node is sick: the producers' --max-lead, so that only
+// back-pressure (the head held) may slow a healthy node.
+const chaosLagSlack = 40
+
+// checkHealthyLag checks that during each storm on one node, every other
+// node that nothing else disturbed kept reading at the head: its lag grew
+// by at most chaosLagSlack steps. A node is disturbed by a store outage or
+// by any fault aimed at its mount or its reader.
+func checkHealthyLag(t testing.TB, lags []chaosLag, faults []chaosFault, outages []chaosOutage, nodes []string) {
+	for _, f := range faults {
+		if !strings.HasPrefix(f.what, "net storm") {
+			continue
+		}
+		for _, n := range nodes {
+			if f.link == "mount "+n || chaosDisturbed(n, f, faults, outages) {
+				continue
+			}
+			var first, worst int64 = -1, 0
+			for _, l := range lags {
+				if l.at.Before(f.start) || l.at.After(f.end) {
+					continue
+				}
+				if first < 0 {
+					first = l.lag[n]
+				}
+				worst = max(worst, l.lag[n])
+			}
+			if first >= 0 && worst-first > chaosLagSlack {
+				t.Errorf("node %s fell %d steps further behind the head while %s had a storm on its link (%s); a healthy node may only be held back through the head (--max-lead)",
+					n, worst-first, f.link, f.what)
+			}
+		}
+	}
+}
+
+// chaosDisturbed says whether anything but the storm f touched node n
+// while f was on.
+func chaosDisturbed(n string, f chaosFault, faults []chaosFault, outages []chaosOutage) bool {
+	for _, o := range outages {
+		if o.down.Before(f.end) && (o.up.IsZero() || o.up.After(f.start)) {
+			return true
+		}
+	}
+	for _, g := range faults {
+		touches := g.link == "mount "+n || strings.HasSuffix(g.what, "mount SIGKILL "+n) || strings.HasSuffix(g.what, "(hung) "+n)
+		if touches && g.start.Before(f.end) && !g.end.Before(f.start) {
+			return true
+		}
+	}
+	return false
 }
 
 // step samples one waiter and closes its stall when it progressed.

@@ -396,6 +396,11 @@ func chaosRun(t *testing.T, srv chaosServer, o chaosOptions) {
 	sum.ckpts, sum.gcRuns, sum.steps = ph.training.ckpts, ph.training.gcRuns, int64(len(want))
 	faults, outages := c.timeline.snapshot()
 	sum.stalls = attribute(stalls, faults, outages)
+	var names []string
+	for _, n := range c.nodes {
+		names = append(names, n.name)
+	}
+	checkHealthyLag(t, ph.monitor.lags, faults, outages, names)
 	c.summarize(sum)
 	summarized = true
 }
@@ -653,8 +658,9 @@ func (c *chaosCluster) injectFaults(writerDone <-chan struct{}) (zombies, resche
 		loops.Go(func() {
 			for !over() && c.ctx.Err() == nil {
 				time.Sleep(3*time.Second + time.Duration(zrng.Int64N(int64(7*time.Second))))
-				c.stats.fault("net zombie (rescheduled)")
-				if how := c.reschedule(c.ids[zrng.IntN(len(c.ids))], zrng); how != "" {
+				how := c.reschedule(c.ids[zrng.IntN(len(c.ids))], zrng)
+				if how != "" {
+					c.stats.fault("net zombie (rescheduled)")
 					mu.Lock()
 					rescheduled = append(rescheduled, how)
 					mu.Unlock()
