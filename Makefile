@@ -69,15 +69,19 @@ test: lint unit
 example: build
 	./scripts/example.sh
 
-# The chaos run for SOAK (default 20m) of faults on versitygw, then on
-# SeaweedFS (built by scripts/seaweedfs.sh on first use, ~6 min); each prints
-# a summary table (faults by kind, self-exits by role and cause, steps,
-# bytes, mismatches, duplicates, losses, longest stall) and every stall over
-# 10 s attributed; a stall over 120 s from the store being back fails it
-# (docs/RELIABILITY.md, Liveness).
+# The chaos run for SOAK (default 20m) of process and network faults on
+# versitygw, then on SeaweedFS (built by scripts/seaweedfs.sh on first use,
+# ~6 min); SOAK_SERVERS picks others (versitygw, seaweedfs,
+# fake-gcs-server, azurite). Each prints a summary table (faults by kind,
+# self-exits by role and cause, zombies and how each ended, steps, bytes,
+# mismatches, duplicates, losses, longest stall) and every stall over 10 s
+# attributed; a stall over 120 s from the store being back, or over 60 s
+# from a network fault healing, fails it (docs/RELIABILITY.md, Liveness and
+# Network faults).
 SOAK ?= 20m
+SOAK_SERVERS ?= versitygw,seaweedfs
 soak: tools seaweedfs
-	set -o pipefail; LAKEFS_SOAK=$(SOAK) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
+	set -o pipefail; LAKEFS_SOAK=$(SOAK) LAKEFS_CHAOS_SERVERS=$(SOAK_SERVERS) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
 		grep -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
 
 seaweedfs:
