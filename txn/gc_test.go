@@ -770,13 +770,18 @@ func (h *gcHookStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 // (Force) reclaims anyway. Stale heartbeats and consumers that have read
 // nothing hold nothing.
 func TestGCHeldByLiveConsumer(t *testing.T) {
-	s := store.NewMem()
+	var storeBack atomic.Int64 // how far the store's clock is set back while a heartbeat is written
+	s := store.NewMemClock(func() time.Time { return time.Now().Add(-time.Duration(storeBack.Load())) })
 	l := newLog(t, s, txn.CreateOptions{Ranks: 1, RetainCheckpoints: 1})
 	gcProduce(t, l, "p", 20)
 	gcCheckpoints(t, l, 15) // allows reclaiming below 16
+	// beat writes a heartbeat that the store stamps age ago; its own time
+	// says now: liveness goes by the store's stamp.
 	beat := func(node string, step *int64, age time.Duration) {
 		t.Helper()
-		b, _ := json.Marshal(txn.Heartbeat{NodeID: node, Step: step, Time: time.Now().Add(-age)})
+		b, _ := json.Marshal(txn.Heartbeat{NodeID: node, Step: step, Time: time.Now()})
+		storeBack.Store(int64(age))
+		defer storeBack.Store(0)
 		if err := store.PutBytes(t.Context(), s, txn.HeartbeatKey(node), b); err != nil {
 			t.Fatal(err)
 		}

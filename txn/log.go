@@ -26,10 +26,18 @@ var ErrStreamExists = errors.New("a stream already exists at this store URL")
 type Log struct {
 	Store  store.Store
 	Config StreamConfig
-	// Now is the clock that ages log state against LogRetention (nil:
-	// time.Now); tests move it to meet log gc.
+	// Now is the store's clock (store.Clock.Now): it stamps the versions
+	// this process commits and ages what other processes wrote against it
+	// (commit times against LogRetention; gc and status also take it for
+	// heartbeats and the grace period), so times written on different
+	// machines are compared on one clock. Nil: time.Now, this machine's
+	// clock unmeasured. Commands set it from a measured store.Clock;
+	// tests move it.
 	Now func() time.Time
 }
+
+// StoreTime is the log's clock: Now, else time.Now.
+func (l *Log) StoreTime() time.Time { return l.now() }
 
 func (l *Log) now() time.Time {
 	if l.Now != nil {
