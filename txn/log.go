@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,22 @@ type Log struct {
 
 // StoreTime is the log's clock: Now, else time.Now.
 func (l *Log) StoreTime() time.Time { return l.now() }
+
+// UseStoreClock makes the store's clock the log's (Now): a store.Clock
+// over this machine's clock moved by skew (0 but in tests: a machine whose
+// clock is wrong), measured once now. A failed measurement leaves this
+// machine's clock, logged at debug level. A long-running process keeps
+// the returned clock measured (store.Clock.Keep).
+func (l *Log) UseStoreClock(ctx context.Context, skew time.Duration, log *slog.Logger) *store.Clock {
+	local := time.Now
+	if skew != 0 {
+		local = func() time.Time { return time.Now().Add(skew) }
+	}
+	c := store.NewClock(l.Store, local, log)
+	_ = c.Measure(ctx) // logged
+	l.Now = c.Now
+	return c
+}
 
 func (l *Log) now() time.Time {
 	if l.Now != nil {
