@@ -87,15 +87,16 @@ type GCReport struct {
 // retained checkpoint.
 func ConsumerHolds(consumers []Heartbeat, target int64, now time.Time, timeout time.Duration) ([]ConsumerHold, int64) {
 	var holds []ConsumerHold
+	capped := target
 	for _, h := range consumers {
 		if h.Step == nil || !h.LiveAt(now, timeout) || *h.Step >= target {
 			continue
 		}
 		holds = append(holds, ConsumerHold{Node: h.NodeID, Step: *h.Step})
-		target = min(target, *h.Step)
+		capped = min(capped, *h.Step)
 	}
 	slices.SortFunc(holds, func(a, b ConsumerHold) int { return cmp.Compare(a.Step, b.Step) })
-	return holds, target
+	return holds, capped
 }
 
 // ReclaimTarget is the LiveFrom that the checkpoints allow: the step after
