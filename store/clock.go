@@ -24,12 +24,17 @@ import (
 // The offset is the probe's Last-Modified minus the local time at which
 // its write returned. The store stamped it at some moment of the write,
 // no later than its end, and stores with whole-second Last-Modified (S3,
-// Azure) truncate it, so the measured offset is never above the true one
-// and at most the write's round trip plus the stamp's resolution (1 s)
-// below it: a Clock never reads ahead of the store's. An age it computes
-// against a store timestamp is never longer than the real one; it may be
-// short by that bound, so what is judged old is old, and what waits on
-// an age waits at most that much longer.
+// Azure) truncate the stamp, so a Clock never reads ahead of the store's
+// time; it reads behind by at most the write's round trip plus the
+// stamp's resolution (1 s). An age computed against a stamp is therefore
+// right to about a second: at most the round trip plus the resolution
+// too short, and at most the resolution too long (an object stamped in a
+// whole second may have been written up to a second later). An object
+// written before the measurement never looks younger than zero. The
+// decisions taken by time allow for minutes (a heartbeat every minute
+// against a 3-minute timeout, a 10-minute grace period, an hour of log
+// retention); what would move them is a clock minutes off, which the
+// measured offset cancels.
 
 // ClockResync is how often a long-running process measures the offset
 // again (Clock.Keep): clocks drift by milliseconds an hour, and an NTP

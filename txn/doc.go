@@ -51,9 +51,10 @@
 //     it commits with it; a heartbeat is aged by its object's
 //     Last-Modified (Heartbeat.Written), a reclamation by the later of its
 //     record's time and Last-Modified, orphans, probes and log objects by
-//     their Last-Modified. So no age is overestimated: gc never reclaims
+//     their Last-Modified. Ages are right to about a second whatever the
+//     machines' clocks say, against timeouts of minutes: gc never reclaims
 //     under a live reader nor deletes early because a clock is wrong, and
-//     waits at most about a second longer than it should.
+//     a dead reader stops holding it after ConsumerTimeout.
 //
 // # Commit state machine
 //
