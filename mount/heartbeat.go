@@ -129,6 +129,16 @@ func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) s
 	return ""
 }
 
+// streamThere reports whether the store still holds the stream's
+// _stream.json: writes of this mount's own (the heartbeat, the clock's
+// probe) would otherwise bring back (file://) directories someone deleted.
+func (m *mounted) streamThere(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := m.store.Stat(ctx, txn.StreamKey)
+	return err == nil
+}
+
 // errStreamGone: the store no longer holds the stream's _stream.json.
 var errStreamGone = errors.New("the stream's " + txn.StreamKey + " is missing")
 

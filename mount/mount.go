@@ -555,7 +555,7 @@ func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.S
 	var wg sync.WaitGroup
 	wg.Go(func() { m.tail(runCtx) })
 	wg.Go(func() { m.heartbeat(runCtx) })
-	wg.Go(func() { m.clock.Keep(runCtx) })
+	wg.Go(func() { m.clock.Keep(runCtx, m.streamThere) })
 	if o.CheckpointDir != "" {
 		wg.Go(func() { m.watchCheckpoints(runCtx) })
 	}

@@ -127,8 +127,10 @@ func (c *Clock) probe(ctx context.Context) (time.Duration, time.Duration, error)
 }
 
 // Keep measures the offset every ClockResync until ctx ends. A failed
-// measurement keeps the last offset.
-func (c *Clock) Keep(ctx context.Context) {
+// measurement keeps the last offset. ok, if not nil, is asked first each
+// time; false skips that measurement (a mount whose stream was deleted:
+// a probe would bring its directory back on a file store).
+func (c *Clock) Keep(ctx context.Context, ok func(context.Context) bool) {
 	t := time.NewTicker(ClockResync)
 	defer t.Stop()
 	for {
@@ -136,7 +138,9 @@ func (c *Clock) Keep(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = c.Measure(ctx) // logged; the last offset stays
+			if ok == nil || ok(ctx) {
+				_ = c.Measure(ctx) // logged; the last offset stays
+			}
 		}
 	}
 }

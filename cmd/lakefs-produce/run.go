@@ -162,7 +162,7 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	clock := l.UseStoreClock(ctx, o.ClockOffset, logger)
 	clockCtx, stopClock := context.WithCancel(ctx)
 	defer stopClock()
-	go clock.Keep(clockCtx)
+	go clock.Keep(clockCtx, nil)
 	var passDeadline time.Time
 	if o.Once && o.OnceTimeout > 0 {
 		passDeadline = time.Now().Add(o.OnceTimeout)
