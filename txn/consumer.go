@@ -50,9 +50,9 @@ func (h Heartbeat) Written() time.Time {
 
 // LiveAt reports whether the heartbeat counts as a live consumer at now,
 // the reader's store time (Log.StoreTime): written at most timeout ago
-// (timeout <= 0: ConsumerTimeout). Both times are the store's, so no
-// machine's clock error enters beyond its measurement (store.Clock: about
-// a second, and only ever making the heartbeat look younger).
+// (timeout <= 0: ConsumerTimeout). Both times are the store's, so the
+// mount's clock does not enter at all, and the reader's only through its
+// measurement (store.Clock: right to about a second).
 func (h Heartbeat) LiveAt(now time.Time, timeout time.Duration) bool {
 	if timeout <= 0 {
 		timeout = ConsumerTimeout
