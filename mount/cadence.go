@@ -165,6 +165,9 @@ type follower struct {
 	st  *txn.State // the tailer's; Refresh replaces its value in place
 	cad cadence
 	now func() time.Time
+	// storeNow is the store's time (txn.Log.StoreTime), which commit
+	// times are stamped by; nil: now.
+	storeNow func() time.Time
 	// lastRefresh: when Refresh last ran. A full refresh runs at least
 	// every fullRefreshEvery, keeping the state's view of the head fresh
 	// for Refresh's own staleness check (txn.LogRetention/2).
@@ -182,7 +185,11 @@ const maxSingleReads = 4
 // poll reads the versions after the state's and applies them; it returns
 // how many it applied.
 func (f *follower) poll(ctx context.Context) (int, error) {
-	if f.fullRefresh(f.now()) {
+	storeNow := f.now
+	if f.storeNow != nil {
+		storeNow = f.storeNow
+	}
+	if f.fullRefresh(f.now(), storeNow()) {
 		return f.refresh(ctx, 0)
 	}
 	n := 0
@@ -210,12 +217,13 @@ func (f *follower) poll(ctx context.Context) (int, error) {
 	return f.refresh(ctx, n)
 }
 
-// fullRefresh reports whether the next poll is a full txn.Log.Refresh:
+// fullRefresh reports whether the next poll is a full txn.Log.Refresh at
+// now (storeNow by the store's clock, which commit times are stamped by):
 // the cadence is unknown, the last full refresh was long ago, or the
 // newest version is old (an idle stream: Refresh checks that gc did not
 // cut the log under it).
-func (f *follower) fullRefresh(now time.Time) bool {
-	return !f.cad.known() || now.Sub(f.lastRefresh) > fullRefreshEvery || now.Sub(f.st.Time) > fullRefreshEvery
+func (f *follower) fullRefresh(now, storeNow time.Time) bool {
+	return !f.cad.known() || now.Sub(f.lastRefresh) > fullRefreshEvery || storeNow.Sub(f.st.Time) > fullRefreshEvery
 }
 
 // refresh runs a full Refresh after n versions already applied by this

@@ -324,7 +324,7 @@ func TestFollowerFullRefresh(t *testing.T) {
 		f.cad.observe(commit, commit, 1)
 	}
 	f.st.Time, f.lastRefresh = now.Add(-time.Second), now.Add(-time.Minute)
-	if f.fullRefresh(now) {
+	if f.fullRefresh(now, now) {
 		t.Fatal("known cadence, recent refresh and version: a full refresh")
 	}
 	for name, edit := range map[string]func(*follower){
@@ -336,7 +336,7 @@ func TestFollowerFullRefresh(t *testing.T) {
 		st := *f.st
 		g.st = &st
 		edit(&g)
-		if !g.fullRefresh(now) {
+		if !g.fullRefresh(now, now) {
 			t.Errorf("%s: no full refresh", name)
 		}
 	}

@@ -129,6 +129,16 @@ func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) s
 	return ""
 }
 
+// streamThere reports whether the store still holds the stream's
+// _stream.json: writes of this mount's own (the heartbeat, the clock's
+// probe) would otherwise bring back (file://) directories someone deleted.
+func (m *mounted) streamThere(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := m.store.Stat(ctx, txn.StreamKey)
+	return err == nil
+}
+
 // errStreamGone: the store no longer holds the stream's _stream.json.
 var errStreamGone = errors.New("the stream's " + txn.StreamKey + " is missing")
 
@@ -147,7 +157,7 @@ func (m *mounted) writeHeartbeat(ctx context.Context) error {
 		return fmt.Errorf("checking the stream is still there: %w", err)
 	}
 	snap := m.view.Load()
-	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: time.Now().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, ViewRanks: m.opts.ViewRanks, PID: os.Getpid()}
+	hb := txn.Heartbeat{NodeID: m.opts.NodeID, Time: m.txlog.StoreTime().UTC(), Version: snap.Version, Ranks: m.opts.Ranks, ViewRanks: m.opts.ViewRanks, PID: os.Getpid()}
 	hb.Host, _ = os.Hostname()
 	if h := m.highest.Load(); h >= 0 {
 		hb.Step = &h
@@ -185,19 +195,20 @@ func defaultNodeID(mountpoint string) (string, error) {
 // mounts sharing a heartbeat look like one consumer to gc and producers.
 var ErrNodeIDInUse = errors.New("node id in use")
 
-// checkNodeIDFree refuses id when its heartbeat is fresh and was written by
-// another live process: another host, or a running pid on this one. A
-// heartbeat left by a killed mount of this host does not block its restart.
+// checkNodeIDFree refuses id when its heartbeat is fresh at now, the
+// store's time (by its Last-Modified: txn.Heartbeat.LiveAt), and was
+// written by another live process: another host, or a running pid on this
+// one. A heartbeat left by a killed mount of this host does not block its
+// restart.
 func checkNodeIDFree(ctx context.Context, s store.Store, id string, now time.Time) error {
-	b, err := store.ReadAll(ctx, s, txn.HeartbeatKey(id))
-	if errors.Is(err, store.ErrNotFound) {
+	hb, err := txn.ReadHeartbeat(ctx, s, id)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, txn.ErrCorrupt) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("reading the heartbeat of node id %s: %w", id, err)
 	}
-	var hb txn.Heartbeat
-	if json.Unmarshal(b, &hb) != nil || now.Sub(hb.Time) > txn.ConsumerTimeout {
+	if !hb.LiveAt(now, 0) {
 		return nil
 	}
 	host, _ := os.Hostname()
@@ -205,5 +216,5 @@ func checkNodeIDFree(ctx context.Context, s store.Store, id string, now time.Tim
 		return nil
 	}
 	return flagval.Usage(fmt.Errorf("%w: node id %s is used by a live mount (host %s, pid %d, heartbeat %s ago); give this mount its own --node-id, or leave it unset for a unique default",
-		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Time).Round(time.Second)))
+		ErrNodeIDInUse, id, hb.Host, hb.PID, now.Sub(hb.Written()).Round(time.Second)))
 }

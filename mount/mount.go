@@ -105,6 +105,10 @@ type Options struct {
 	// at once.
 	StoreRetry time.Duration
 	AllowOther bool
+	// ClockOffset shifts this process's clock (tests: a machine whose
+	// clock is wrong). Decisions by time read the store's clock
+	// (store.Clock), whose measured offset cancels it.
+	ClockOffset time.Duration
 	// Profiling serves Go's pprof handlers at MetricsAddr/debug/pprof/.
 	Profiling bool
 	Debug     bool // log every FUSE request
@@ -293,17 +297,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := prepareMountpoint(ctx, o.Mountpoint, o.Logger); err != nil {
 		return err
 	}
-	st, l, state, err := openStream(ctx, o)
+	clock, l, state, err := openStream(ctx, o)
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	m, err := newMounted(runCtx, o, st, l, state)
+	m, err := newMounted(runCtx, o, l, state)
 	if err != nil {
 		return err
 	}
 	m.fileLimit = fileLimit
+	m.clock = clock
 	defer m.cache.Close()
 	metricsAddr, closeMetrics, err := m.serveMetrics()
 	if err != nil {
@@ -318,10 +323,13 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// openStream opens the store and the stream, checks the options that
-// depend on the stream (view ranks, ranks, cache size, a free node id) and
-// loads the first state.
-func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.State, error) {
+// openStream opens the store and the stream, measures the store's clock
+// (the log's from then on: it stamps this mount's heartbeats and
+// checkpoint records and judges whether a heartbeat under its node id is
+// fresh; serve keeps it measured), checks the options that depend on the
+// stream (view ranks, ranks, cache size, a free node id) and loads the
+// first state.
+func openStream(ctx context.Context, o Options) (*store.Clock, *txn.Log, *txn.State, error) {
 	st, err := store.Open(ctx, o.Store)
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
@@ -345,7 +353,8 @@ func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.Sta
 		}
 		shown = o.ViewRanks
 	}
-	if err := checkNodeIDFree(ctx, st, o.NodeID, time.Now()); err != nil {
+	clock := l.UseStoreClock(ctx, o.ClockOffset, o.Logger)
+	if err := checkNodeIDFree(ctx, st, o.NodeID, clock.Now()); err != nil {
 		return nil, nil, nil, err
 	}
 	for _, r := range o.Ranks {
@@ -361,13 +370,14 @@ func openStream(ctx context.Context, o Options) (store.Store, *txn.Log, *txn.Sta
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("loading the stream state: %w", err)
 	}
-	return st, l, state, nil
+	return clock, l, state, nil
 }
 
 // newMounted builds the mount's parts over the loaded state: the block
 // cache, the published view, the pack loader, the prefetcher (living as
 // long as runCtx) and the FUSE root. The caller closes m.cache.
-func newMounted(runCtx context.Context, o Options, st store.Store, l *txn.Log, state *txn.State) (*mounted, error) {
+func newMounted(runCtx context.Context, o Options, l *txn.Log, state *txn.State) (*mounted, error) {
+	st := l.Store
 	m := &mounted{opts: o, log: o.Logger, store: st, txlog: l, state: state, src: newSources(o.Logger)}
 	m.highest.Store(-1)
 	m.metrics = newMetrics()
@@ -545,6 +555,7 @@ func (m *mounted) serve(ctx, runCtx context.Context, stop func(), server *fuse.S
 	var wg sync.WaitGroup
 	wg.Go(func() { m.tail(runCtx) })
 	wg.Go(func() { m.heartbeat(runCtx) })
+	wg.Go(func() { m.clock.Keep(runCtx, m.streamThere) })
 	if o.CheckpointDir != "" {
 		wg.Go(func() { m.watchCheckpoints(runCtx) })
 	}
@@ -610,6 +621,7 @@ type mounted struct {
 	log       *slog.Logger
 	store     store.Store
 	txlog     *txn.Log
+	clock     *store.Clock // txlog.Now's: the store's time
 	cache     *cache.Cache
 	prefetch  *cache.Prefetcher
 	view      *fs.View
@@ -686,7 +698,7 @@ func (m *mounted) awaited(n int64) {
 // faster than failDelay, serving the last good state: a reader waiting at
 // the head sees new steps within a second or so of the store's return.
 func (m *mounted) tail(ctx context.Context) {
-	f := &follower{log: m.txlog, st: m.state, now: time.Now}
+	f := &follower{log: m.txlog, st: m.state, now: time.Now, storeNow: m.txlog.StoreTime}
 	last := time.Now() // the state was just loaded
 	at := m.nextPoll(f, last)
 	notBefore := last // while polls fail: the next may not run earlier

@@ -102,6 +102,8 @@ func OptionTable() []Option {
 			"how long a read waits out transient store errors (refused or reset connections, timeouts, 5xx, throttling) before it fails with EIO")),
 		hidden(durationOption("store-latency", 0, false, func(o *Options) *time.Duration { return &o.StoreLatency },
 			"add this latency to every data GET (benchmarks: simulate a remote store)")),
+		hidden(durationOption("clock-offset", 0, false, func(o *Options) *time.Duration { return &o.ClockOffset },
+			"shift this process's clock by this much, e.g. -10m (tests: a machine whose clock is wrong; the store's clock, measured, cancels it)")),
 		boolOption("allow-other", func(o *Options) *bool { return &o.AllowOther },
 			"let users other than the mounting one read (default: only the mounting user)"),
 		boolOption("pprof", func(o *Options) *bool { return &o.Profiling },

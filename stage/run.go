@@ -23,7 +23,7 @@ import (
 // RunOptions configure Run. Zero values take the defaults noted.
 type RunOptions struct {
 	Store      store.Store
-	Log        *txn.Log
+	Log        *txn.Log // its Now, the store's clock, ages heartbeats (MaxLead) and gc's grace
 	Tree       *Tree
 	ProducerID string
 	// Once: commit the batches sealed at start, then return.
@@ -518,7 +518,8 @@ func (r *runner) holdBack(ctx context.Context) error {
 			fails = nil
 			r.waits.set(waitHoldBack, nil)
 		}
-		base, who, ok := txn.LeadBase(r.leadState, r.consumers, time.Now(), r.ConsumerTimeout)
+		// Heartbeats are aged by the store's clock (the log's), as gc does.
+		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), r.ConsumerTimeout)
 		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
 		if !ok || lead <= r.MaxLead {

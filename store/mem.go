@@ -18,6 +18,7 @@ import (
 type memStore struct {
 	mu   sync.Mutex
 	objs map[string]memObj // GUARDED_BY(mu)
+	now  func() time.Time  // the store's clock: objects' ModTime
 }
 
 type memObj struct {
@@ -26,7 +27,14 @@ type memObj struct {
 }
 
 // NewMem returns an empty in-process store that nothing else shares.
-func NewMem() Store { return &memStore{objs: map[string]memObj{}} }
+func NewMem() Store { return NewMemClock(time.Now) }
+
+// NewMemClock is NewMem with its own clock: now stamps each object's
+// ModTime (its Last-Modified), so a test can run a store whose clock
+// differs from the processes' (see Clock).
+func NewMemClock(now func() time.Time) Store {
+	return &memStore{objs: map[string]memObj{}, now: now}
+}
 
 // openMem opens a new, empty store. Two opens of one mem:// URL do not
 // share objects: sharing would need package state, and mem:// is only for
@@ -117,7 +125,7 @@ func (s *memStore) Put(ctx context.Context, key string, r io.Reader, size int64)
 		return err
 	}
 	s.mu.Lock()
-	s.objs[key] = memObj{data: data, mod: time.Now()}
+	s.objs[key] = memObj{data: data, mod: s.now()}
 	s.mu.Unlock()
 	return nil
 }
@@ -132,7 +140,7 @@ func (s *memStore) Create(ctx context.Context, key string, r io.Reader, size int
 	if _, ok := s.objs[key]; ok {
 		return fmt.Errorf("mem create %s: %w", key, ErrExists)
 	}
-	s.objs[key] = memObj{data: data, mod: time.Now()}
+	s.objs[key] = memObj{data: data, mod: s.now()}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 // Package store is Lakestream's object-store layer: one small interface and
 // its backends (file://, s3://, gs://, az://, mem://), a create-if-absent
-// probe and a fault-injecting wrapper for tests.
+// probe, the store's clock (Clock: the one clock processes on different
+// machines share) and a fault-injecting wrapper for tests.
 //
 // Invariants every backend keeps (the conformance suite in store/storetest
 // checks them):

@@ -254,14 +254,15 @@ func (c *committer) starved() bool {
 	return len(p.queue) > 0 && p.queue[0].missed >= 3
 }
 
-// missed counts a version, built at built (its record's time, the
-// creator's clock), that left this producer's oldest waiting TGB out
-// although it was uploaded before. A clock ahead of ours only makes this
-// producer help sooner.
+// missed counts a version, built at built (its record's time, by its
+// creator's store clock), that left this producer's oldest waiting TGB
+// out although it was uploaded before (by this producer's store clock).
+// Store clocks err by a second or so: the error only moves when this
+// producer helps, never what is committed.
 func (p *Producer) missed(built time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.queue) > 0 && built.After(p.queue[0].uploaded) {
+	if len(p.queue) > 0 && built.After(p.queue[0].stamped) {
 		p.queue[0].missed++
 	}
 }
@@ -286,13 +287,15 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 	// finds its version costs one GET, and only the last one misses.
 	moved := false
 	for {
-		start := time.Now()
+		// seenHead is on the log's clock, as Refresh and tryCommit read
+		// it; start, on this machine's, times the round trip.
+		start, checked := time.Now(), c.l.now()
 		v, err := c.l.ReadVersion(ctx, st.Version+1)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			c.rtt.add(time.Since(start), 0.1)
 			c.errs.done()
-			st.seenHead, c.errs = start, nil
+			st.seenHead, c.errs = checked, nil
 			return moved, nil
 		case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
 			return moved, err
@@ -428,7 +431,7 @@ func (c *committer) build(ctx context.Context) (*Version, error) {
 	}
 	// The record's time is taken before the probe: a TGB uploaded before
 	// it was there to be found (see missed).
-	built := time.Now().UTC()
+	built := c.l.now().UTC()
 	lists := [][]*TGB{c.p.waiting(me.Seq, c.maxGroup)}
 	if !c.solo {
 		others, err := c.probe(ctx)

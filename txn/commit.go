@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/lakestream/lakestream/store"
 )
@@ -144,7 +143,7 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 		}
 		v.Format = l.Config.writerVersion()
 		v.Version = st.Version + 1
-		v.Time = time.Now().UTC()
+		v.Time = l.now().UTC()
 		if v.Txn == "" {
 			v.Txn = randomID()
 		}

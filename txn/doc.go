@@ -44,6 +44,17 @@
 //  6. A stream records the reader and writer versions it needs
 //     (StreamConfig); this build reads up to FormatVersion and writes a
 //     stream in its own format (format 2 streams get format 2 records).
+//  7. Every decision by time compares the store's time with the store's
+//     time, never two machines' clocks. A process reads the store's time
+//     through Log.Now (a measured store.Clock in the commands: never
+//     ahead of the store, at most about a second behind) and stamps what
+//     it commits with it; a heartbeat is aged by its object's
+//     Last-Modified (Heartbeat.Written), a reclamation by the later of its
+//     record's time and Last-Modified, orphans, probes and log objects by
+//     their Last-Modified. Ages are right to about a second whatever the
+//     machines' clocks say, against timeouts of minutes: gc never reclaims
+//     under a live reader nor deletes early because a clock is wrong, and
+//     a dead reader stops holding it after ConsumerTimeout.
 //
 // # Commit state machine
 //

@@ -3,6 +3,7 @@ package txn
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -22,8 +23,13 @@ type GCOptions struct {
 	Grace  time.Duration // default DefaultGrace; 0 is allowed only with Now set
 	DryRun bool          // report, delete and commit nothing
 	Logger *slog.Logger
-	// Now is the clock (tests); zero means time.Now.
+	// Now is the store's clock, which every age is judged by (heartbeats,
+	// the grace period, the log retention): nil means the log's
+	// (Log.StoreTime). Tests move it.
 	Now func() time.Time
+	// ConsumerTimeout: a heartbeat older than this no longer holds
+	// reclamation (0: ConsumerTimeout; tests shorten it).
+	ConsumerTimeout time.Duration
 	// Force reclaims what the checkpoints allow even at or above the step
 	// of a live consumer (one whose heartbeat is fresh).
 	Force bool
@@ -74,21 +80,23 @@ type GCReport struct {
 	ForeignStreams []string `json:"foreign_streams,omitempty"`
 }
 
-// ConsumerHolds returns the live consumers (heartbeat younger than
-// ConsumerTimeout at now) positioned below target, slowest first, and the
-// target capped at the slowest one's step. A consumer that has read
-// nothing yet holds nothing: it starts at a retained checkpoint.
-func ConsumerHolds(consumers []Heartbeat, target int64, now time.Time) ([]ConsumerHold, int64) {
+// ConsumerHolds returns the live consumers (Heartbeat.LiveAt now, the
+// store's time, with timeout; 0: ConsumerTimeout) positioned below target,
+// slowest first, and the target capped at the slowest one's step. A
+// consumer that has read nothing yet holds nothing: it starts at a
+// retained checkpoint.
+func ConsumerHolds(consumers []Heartbeat, target int64, now time.Time, timeout time.Duration) ([]ConsumerHold, int64) {
 	var holds []ConsumerHold
+	capped := target
 	for _, h := range consumers {
-		if h.Step == nil || now.Sub(h.Time) > ConsumerTimeout || *h.Step >= target {
+		if h.Step == nil || !h.LiveAt(now, timeout) || *h.Step >= target {
 			continue
 		}
 		holds = append(holds, ConsumerHold{Node: h.NodeID, Step: *h.Step})
-		target = min(target, *h.Step)
+		capped = min(capped, *h.Step)
 	}
 	slices.SortFunc(holds, func(a, b ConsumerHold) int { return cmp.Compare(a.Step, b.Step) })
-	return holds, target
+	return holds, capped
 }
 
 // ReclaimTarget is the LiveFrom that the checkpoints allow: the step after
@@ -130,7 +138,7 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 		o.Logger = slog.Default()
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = l.StoreTime
 	}
 	g := &gcRun{l: l, GCOptions: o, rep: &GCReport{}}
 	st, err := l.Load(ctx)
@@ -190,7 +198,7 @@ func (g *gcRun) reclaim(ctx context.Context, st *State) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if holds, capped := ConsumerHolds(cons, target, g.Now()); len(holds) > 0 {
+	if holds, capped := ConsumerHolds(cons, target, g.Now(), g.ConsumerTimeout); len(holds) > 0 {
 		allowed := target
 		g.rep.HeldBy, g.rep.AllowedBelow, g.rep.Forced = holds, &allowed, g.Force
 		if !g.Force {
@@ -227,7 +235,11 @@ func (g *gcRun) reclaim(ctx context.Context, st *State) (*State, error) {
 func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 	var due []string
 	for _, pd := range st.Pending {
-		if g.Now().Sub(pd.Time) >= g.Grace {
+		ok, err := g.reclaimedLongAgo(ctx, pd)
+		if err != nil {
+			return err
+		}
+		if ok {
 			due = append(due, pd.Keys...)
 		}
 	}
@@ -264,6 +276,31 @@ func (g *gcRun) purgeReclaimed(ctx context.Context, st *State) error {
 		return fmt.Errorf("committing purge record: %w", err)
 	}
 	return nil
+}
+
+// reclaimedLongAgo reports whether pd was reclaimed at least Grace ago by
+// both times that say when: the one its record carries (its writer's
+// store clock, Log.Now) and the record's Last-Modified (the store's own).
+// The later counts: a writer whose clock was wrong, or never measured,
+// cannot make reclaimed data go early; one that read ahead delays it by
+// its error. A record already gone from the log (older than LogRetention)
+// is judged by its time alone.
+func (g *gcRun) reclaimedLongAgo(ctx context.Context, pd PendingDelete) (bool, error) {
+	now := g.Now()
+	if g.Grace <= 0 {
+		return true, nil
+	}
+	if now.Sub(pd.Time) < g.Grace {
+		return false, nil
+	}
+	info, err := g.l.Store.Stat(ctx, VersionKey(pd.Version))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading when reclamation record %s was written: %w", VersionKey(pd.Version), err)
+	}
+	return now.Sub(info.ModTime) >= g.Grace, nil
 }
 
 // sweepLog deletes the log objects no reader needs (see gcLog), a batch

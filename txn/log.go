@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,33 @@ var ErrStreamExists = errors.New("a stream already exists at this store URL")
 type Log struct {
 	Store  store.Store
 	Config StreamConfig
-	// Now is the clock that ages log state against LogRetention (nil:
-	// time.Now); tests move it to meet log gc.
+	// Now is the store's clock (store.Clock.Now): it stamps the versions
+	// this process commits and ages what other processes wrote against it
+	// (commit times against LogRetention; gc and status also take it for
+	// heartbeats and the grace period), so times written on different
+	// machines are compared on one clock. Nil: time.Now, this machine's
+	// clock unmeasured. Commands set it from a measured store.Clock;
+	// tests move it.
 	Now func() time.Time
+}
+
+// StoreTime is the log's clock: Now, else time.Now.
+func (l *Log) StoreTime() time.Time { return l.now() }
+
+// UseStoreClock makes the store's clock the log's (Now): a store.Clock
+// over this machine's clock moved by skew (0 but in tests: a machine whose
+// clock is wrong), measured once now. A failed measurement leaves this
+// machine's clock, logged at debug level. A long-running process keeps
+// the returned clock measured (store.Clock.Keep).
+func (l *Log) UseStoreClock(ctx context.Context, skew time.Duration, log *slog.Logger) *store.Clock {
+	local := time.Now
+	if skew != 0 {
+		local = func() time.Time { return time.Now().Add(skew) }
+	}
+	c := store.NewClock(l.Store, local, log)
+	_ = c.Measure(ctx) // logged
+	l.Now = c.Now
+	return c
 }
 
 func (l *Log) now() time.Time {

@@ -80,9 +80,10 @@ type Resume struct {
 // Pending is a TGB whose data is durable and whose commit is queued.
 type Pending struct {
 	Seq      uint64
-	uploaded time.Time
-	missed   int  // versions built after its upload that did not include it (committer only)
-	tgb      *TGB // ranks and packs filled; step assigned at commit
+	uploaded time.Time // this machine's clock, for CommitStats
+	stamped  time.Time // the log's (store) clock, compared with versions' times (missed)
+	missed   int       // versions built after its upload that did not include it (committer only)
+	tgb      *TGB      // ranks and packs filled; step assigned at commit
 	done     chan struct{}
 	step     int64 // valid after done, when err == nil
 	err      error
@@ -292,7 +293,7 @@ func (p *Producer) Append(ctx context.Context, b Batch) (*Pending, error) {
 		}
 		return nil, err
 	}
-	return p.enqueue(tgb, time.Now())
+	return p.enqueue(tgb)
 }
 
 func (p *Producer) usable() error {
@@ -307,8 +308,9 @@ func (p *Producer) usable() error {
 	return nil
 }
 
-func (p *Producer) enqueue(tgb *TGB, uploaded time.Time) (*Pending, error) {
-	pd := &Pending{Seq: tgb.Seq, uploaded: uploaded, tgb: tgb, done: make(chan struct{})}
+// enqueue queues tgb, whose data is durable now.
+func (p *Producer) enqueue(tgb *TGB) (*Pending, error) {
+	pd := &Pending{Seq: tgb.Seq, uploaded: time.Now(), stamped: p.log.now(), tgb: tgb, done: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.failed != nil {
@@ -339,7 +341,7 @@ func (p *Producer) resolveLimbo(ctx context.Context, batch string) (*Pending, er
 		return nil, err
 	}
 	p.limbo = nil
-	pd, err := p.enqueue(tgb, time.Now())
+	pd, err := p.enqueue(tgb)
 	if err != nil || (batch != "" && batch == lb.batch) {
 		return pd, err
 	}

@@ -83,7 +83,8 @@ type State struct {
 	Pending     []PendingDelete `json:"pending,omitempty"`
 
 	// seenHead is when Refresh last found the version after this one
-	// absent (zero: never). See LogRetention.
+	// absent (zero: never), by the log's clock (Log.Now). See
+	// LogRetention.
 	seenHead time.Time
 	// listedAt is the version at which Refresh last listed the log to
 	// rule out a chain cut by gc (see Log.chainCut).

@@ -65,18 +65,21 @@ type ProducerReport struct {
 
 // ConsumerReport is one mount's heartbeat, with its lag behind the head.
 type ConsumerReport struct {
-	Node string    `json:"node"`
-	Step *int64    `json:"step"`
-	Lag  *int64    `json:"lag"` // head - step
+	Node string `json:"node"`
+	Step *int64 `json:"step"`
+	Lag  *int64 `json:"lag"` // head - step
+	// Time is when the heartbeat was written, by the store's clock (its
+	// Last-Modified: Heartbeat.Written).
 	Time time.Time `json:"time"`
-	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout
+	Live bool      `json:"live"` // heartbeat younger than ConsumerTimeout, by the store's clock
 	// Ranks the node shows (nil: all), of its view when ViewRanks > 0
 	// (lakefs-mount --view-ranks).
 	Ranks     []int `json:"ranks,omitempty"`
 	ViewRanks int   `json:"view_ranks,omitempty"`
 }
 
-// StreamStatus summarises the stream's newest state.
+// StreamStatus summarises the stream's newest state. Consumers are judged
+// live by the log's clock (Log.StoreTime).
 func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	st, err := l.Load(ctx)
 	if err != nil {
@@ -86,6 +89,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := l.StoreTime()
 	r := &StatusReport{
 		FirstStep:         l.Config.FirstStep,
 		Version:           st.Version,
@@ -114,7 +118,7 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 	if t, ok := ReclaimTarget(st); ok {
 		r.ReclaimTarget = &t
 		if t > st.LiveFrom {
-			r.GCHeldBy, _ = ConsumerHolds(cons, min(t, st.NextStep()), time.Now())
+			r.GCHeldBy, _ = ConsumerHolds(cons, min(t, st.NextStep()), now, 0)
 		}
 	}
 	if r.GCHeldBy == nil {
@@ -132,12 +136,11 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		r.Producers = append(r.Producers, pr)
 	}
 	slices.SortFunc(r.Producers, func(a, b ProducerReport) int { return strings.Compare(a.ID, b.ID) })
-	now := time.Now()
-	if base, who, ok := LeadBase(st, cons, time.Now(), 0); ok {
+	if base, who, ok := LeadBase(st, cons, now, 0); ok {
 		r.Lead = &LeadReport{Base: base, Who: who, Steps: st.NextStep() - base}
 	}
 	for _, h := range cons {
-		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Time, Live: now.Sub(h.Time) <= ConsumerTimeout, Ranks: h.Ranks, ViewRanks: h.ViewRanks}
+		c := ConsumerReport{Node: h.NodeID, Step: h.Step, Time: h.Written(), Live: h.LiveAt(now, 0), Ranks: h.Ranks, ViewRanks: h.ViewRanks}
 		if h.Step != nil && r.Head != nil {
 			lag := *r.Head - *h.Step
 			c.Lag = &lag

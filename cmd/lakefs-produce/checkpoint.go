@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,8 +15,9 @@ import (
 )
 
 type checkpointOptions struct {
-	Store string
-	Step  int64
+	Store       string
+	Step        int64
+	ClockOffset time.Duration // hidden; tests
 }
 
 func checkpointCommand() *cli.Command {
@@ -31,6 +34,7 @@ A step that is not committed yet, or one gc has reclaimed past, is refused
 		Flags: []cli.Flag{
 			storeFlag(),
 			&cli.GenericFlag{Name: "step", Value: &flagval.Int[int64]{P: &o.Step}, Usage: "the checkpointed step (required)"},
+			clockOffsetFlag(&o.ClockOffset),
 		},
 		Action: func(c *cli.Context) error {
 			if err := cliapp.NoArgs(c); err != nil {
@@ -53,6 +57,7 @@ func checkpoint(ctx context.Context, o checkpointOptions, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	l.UseStoreClock(ctx, o.ClockOffset, slog.New(slog.DiscardHandler)) // the record's time is the store's
 	res, err := txn.RecordCheckpoint(ctx, l, o.Step, nil)
 	if err != nil {
 		return err

@@ -22,6 +22,11 @@ type gcOptions struct {
 	Grace  time.Duration
 	JSON   bool
 	Force  bool
+	// ConsumerTimeout: a heartbeat older than this no longer holds
+	// reclamation (hidden; tests shorten it). ClockOffset moves this
+	// process's clock (hidden; tests).
+	ConsumerTimeout time.Duration
+	ClockOffset     time.Duration
 }
 
 func gcCommand() *cli.Command {
@@ -47,6 +52,9 @@ below the step it reads, and names it; --force reclaims anyway.`,
 			&cli.DurationFlag{Name: "grace", Value: txn.DefaultGrace, Destination: &o.Grace, Usage: "age before reclaimed data and orphans are deleted"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "force", Destination: &o.Force, Usage: "reclaim even steps that live mounts are reading"},
+			&cli.DurationFlag{Name: "consumer-timeout", Value: txn.ConsumerTimeout, Destination: &o.ConsumerTimeout, Hidden: true,
+				Usage: "a mount whose heartbeat is older than this no longer holds reclamation back"},
+			clockOffsetFlag(&o.ClockOffset),
 		},
 		Action: func(c *cli.Context) error {
 			if err := cliapp.NoArgs(c); err != nil {
@@ -66,12 +74,14 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now
+	// Every age gc judges (heartbeats, the grace period, the log
+	// retention) is by the store's clock.
+	clock := l.UseStoreClock(ctx, o.ClockOffset, newLogger(stderr, false))
 	// The report below says everything; gc's own log lines would be a
 	// second, unstructured copy of it.
 	prog := newTaskProgress(stderr, "gc:")
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: now, Logger: slog.New(slog.DiscardHandler),
-		Progress: prog.phase})
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
+		ConsumerTimeout: o.ConsumerTimeout, Progress: prog.phase})
 	prog.finish()
 	if err != nil && rep != nil && ctx.Err() != nil {
 		return gcInterrupted(rep, o.Grace)

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -66,6 +67,15 @@ EXIT STATUS:
 func storeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "store", EnvVars: []string{"LAKEFS_STORE"},
 		Usage: "stream URL: file:///abs/dir, s3://bucket/prefix?endpoint=...&region=...&path-style=true, gs://bucket/prefix or az://container/prefix?account=..."}
+}
+
+// clockOffsetFlag is the hidden --clock-offset: it moves this process's
+// clock (tests: a machine whose clock is wrong). Decisions by time read
+// the store's clock (txn.Log.UseStoreClock), whose measured offset
+// cancels it.
+func clockOffsetFlag(dest *time.Duration) cli.Flag {
+	return &cli.DurationFlag{Name: "clock-offset", Destination: dest, Hidden: true,
+		Usage: "shift this process's clock by this much, e.g. 10m or -10m (tests)"}
 }
 
 // openStore opens --store; a bad URL is a usage error.

@@ -41,11 +41,13 @@ type runOptions struct {
 	// ConsumerTimeout: how long a silent consumer holds back-pressure
 	// (hidden; tests shorten it).
 	ConsumerTimeout time.Duration
-	Poll            time.Duration
-	GCEvery         time.Duration
-	GCGrace         time.Duration
-	Progress        string // auto, line, log
-	Verbose         bool
+	// ClockOffset moves this process's clock (hidden; tests).
+	ClockOffset time.Duration
+	Poll        time.Duration
+	GCEvery     time.Duration
+	GCGrace     time.Duration
+	Progress    string // auto, line, log
+	Verbose     bool
 }
 
 func runCommand() *cli.Command {
@@ -92,6 +94,7 @@ watching until SIGINT or SIGTERM.`,
 				Usage: "with --once: exit 1 when the pass has not finished after this long (a store that stopped answering); what is not committed stays staged (0: no bound)"},
 			&cli.DurationFlag{Name: "consumer-timeout", Value: txn.ConsumerTimeout, Destination: &o.ConsumerTimeout, Hidden: true,
 				Usage: "a consumer whose heartbeat is older than this no longer holds --max-lead back"},
+			clockOffsetFlag(&o.ClockOffset),
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Destination: &o.Poll, Usage: "how often to look for new sealed batches"},
 			&cli.DurationFlag{Name: "gc-every", Value: 10 * time.Minute, Destination: &o.GCEvery, Usage: "run gc this often while running (0: never)"},
 			&cli.DurationFlag{Name: "gc-grace", Value: txn.DefaultGrace, Destination: &o.GCGrace, Usage: "gc's grace period"},
@@ -154,6 +157,12 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// Commit times, heartbeat ages (--max-lead) and gc's grace go by the
+	// store's clock, measured now and every store.ClockResync.
+	clock := l.UseStoreClock(ctx, o.ClockOffset, logger)
+	clockCtx, stopClock := context.WithCancel(ctx)
+	defer stopClock()
+	go clock.Keep(clockCtx, nil)
 	var passDeadline time.Time
 	if o.Once && o.OnceTimeout > 0 {
 		passDeadline = time.Now().Add(o.OnceTimeout)
