@@ -458,6 +458,12 @@ type chaosCluster struct {
 // chaosProducers is how many `lakefs-produce run` processes commit.
 const chaosProducers = 4
 
+// chaosClocks are the machines' clocks, as offsets from the true time
+// (hidden --clock-offset): minutes apart, as unsynchronised nodes' are.
+// Decisions by time read the store's clock (docs/RELIABILITY.md, Clocks),
+// so none of this may show.
+var chaosClocks = map[string]string{"p0": "0s", "p1": "6m", "p2": "-3m", "p3": "0s", "a": "0s", "b": "-4m", "training": "7m"}
+
 // chaosSetUp builds the binaries, creates the stream and the staging
 // tmpfs, and says how to start each supervised process.
 func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
@@ -495,7 +501,7 @@ func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
 		}
 		c.prods[id] = &chaosSup{name: "producer " + id, kind: "producer", stats: c.stats, t: t, start: func() *exec.Cmd {
 			return exec.Command(bin, "run", "--store", c.urlFor("producer "+id), "--staging", c.dirs[id], "--producer-id", id,
-				"--poll", "100ms", "--max-lead", "40", "--progress", "log")
+				"--poll", "100ms", "--max-lead", "40", "--progress", "log", "--clock-offset", chaosClocks[id])
 		}}
 	}
 	for i, name := range []string{"a", "b"} {
@@ -519,7 +525,8 @@ func (c *chaosCluster) node(root, name string, i int, mountBin, reader string) *
 	n.mount = &chaosSup{name: "mount " + name, kind: "mount", stats: c.stats, t: t,
 		reap: func() { mntAbortFUSE(t, n.mnt, true) },
 		start: func() *exec.Cmd {
-			return exec.Command(mountBin, "--store", c.urlFor("mount "+name), "--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
+			return exec.Command(mountBin, "--store", c.urlFor("mount "+name), "--clock-offset", chaosClocks[name],
+				"--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
 				"--cache-size", "128MiB", "--prefetch-steps", "4", "--poll-interval", "50ms", "--heartbeat-interval", "1s", n.mnt)
 		}}
 	n.reader = &chaosSup{name: "reader " + name, kind: "reader", stats: c.stats, t: t, start: func() *exec.Cmd {
@@ -604,12 +611,13 @@ func (c *chaosCluster) startTraining() *chaosTraining {
 			if done > last {
 				// The store may be down: a failed checkpoint or gc is retried
 				// on the next round, as a training script would.
-				if _, _, code, _ := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--step", strconv.FormatInt(done, 10)); code == 0 {
+				if _, _, code, _ := prdExecCtx(ctx, c.bin, "checkpoint", "--store", c.url, "--clock-offset", chaosClocks["training"],
+					"--step", strconv.FormatInt(done, 10)); code == 0 {
 					last = done
 					tr.ckpts++
 				}
 			}
-			if _, _, code, _ := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--grace", "2m"); code == 0 {
+			if _, _, code, _ := prdExecCtx(ctx, c.bin, "gc", "--store", c.url, "--clock-offset", chaosClocks["training"], "--grace", "2m"); code == 0 {
 				tr.gcRuns++
 			}
 		}
