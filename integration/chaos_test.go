@@ -249,9 +249,8 @@ func (s *chaosSup) waitExit(exited <-chan struct{}) {
 }
 
 // kill SIGKILLs the current incarnation and waits until it is gone (the
-// supervisor then starts the next one).
-// A detached incarnation (a zombie to be) is not the supervisor's to
-// kill: kill then says it did nothing.
+// supervisor then starts the next one). A detached incarnation (a zombie
+// to be) is not the supervisor's to kill: kill then says it did nothing.
 func (s *chaosSup) kill() bool {
 	s.mu.Lock()
 	cmd, exited := s.cur, s.exited
