@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -517,6 +518,13 @@ func (r *runner) holdBack(ctx context.Context) error {
 		if fails != nil {
 			fails = nil
 			r.waits.set(waitHoldBack, nil)
+		}
+		// A producer fenced while held (a rescheduled incarnation took its
+		// id over) stops here: held, it commits nothing, so its committer
+		// may never learn it, and it would keep the staging directory's
+		// lock from the next incarnation for as long as it is held.
+		if err := cmp.Or(r.p.Err(), r.p.FencedIn(r.leadState)); err != nil {
+			return err
 		}
 		// Heartbeats are aged by the store's clock (the log's), as gc does.
 		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), r.ConsumerTimeout)

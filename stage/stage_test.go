@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -1004,4 +1005,51 @@ func TestRunWaitsForLock(t *testing.T) {
 	if steps := e.steps(t); len(steps) != 1 || steps["b1"] != 0 {
 		t.Fatalf("steps %v, want b1", steps)
 	}
+}
+
+// TestFencedWhileHeldBack: a producer held back by --max-lead when a new
+// incarnation of its id registers (a rescheduled pod, while this one was
+// partitioned) stops with ErrFenced within a few of its back-pressure
+// checks. It used to go on holding, with nothing to commit, so its
+// committer never learned it was fenced and it kept the staging lock from
+// the next incarnation while the consumer stood still (the soak found it).
+func TestFencedWhileHeldBack(t *testing.T) {
+	e := newEnv(t)
+	for _, b := range []string{"b1", "b2", "b3", "b4", "b5"} {
+		batch(t, e.staging, b)
+	}
+	step := int64(0)
+	hb, _ := json.Marshal(txn.Heartbeat{NodeID: "n1", Step: &step, Time: time.Now()})
+	if err := store.PutBytes(t.Context(), e.store, txn.HeartbeatKey("n1"), hb); err != nil {
+		t.Fatal(err)
+	}
+	tree, _ := stage.Open(e.staging)
+	held := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{
+			Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", MaxLead: 1, Poll: 10 * time.Millisecond,
+			OnBatch: func(b stage.BatchEvent) {
+				if b.Waiting != "" {
+					once.Do(func() { close(held) })
+				}
+			},
+		})
+	}()
+	<-held
+	// Held, with its commits done: then a new incarnation registers.
+	newer, err := txn.OpenProducer(t.Context(), e.log, txn.ProducerOptions{ID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newer.Close(context.Background())
+	fenced := time.Now()
+	err = <-done
+	if !errors.Is(err, txn.ErrFenced) {
+		t.Fatalf("run held back, then fenced: %v after %s; want ErrFenced", err, time.Since(fenced).Round(time.Millisecond))
+	}
+	t.Logf("held back, then fenced: stopped %s after the new incarnation registered: %v", time.Since(fenced).Round(time.Millisecond), err)
 }

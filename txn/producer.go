@@ -248,6 +248,18 @@ func (p *Producer) Status() Status {
 	return p.status
 }
 
+// FencedIn returns ErrFenced when st holds a newer incarnation of this
+// producer's id than this one: a caller that reads the log for its own
+// reasons (the run's back-pressure check) learns it there, even when the
+// committer, with nothing to commit, has not.
+func (p *Producer) FencedIn(st *State) error {
+	ps := st.Producers[p.id]
+	if ps == nil || ps.Epoch < p.epoch || ps.Epoch == p.epoch && ps.Instance == p.instance {
+		return nil
+	}
+	return fmt.Errorf("%w: %s epoch %d, the stream has epoch %d (another process registered this producer id; run one producer per id)", ErrFenced, p.id, p.epoch, ps.Epoch)
+}
+
 // Err returns the error that stopped the producer, if any.
 func (p *Producer) Err() error {
 	p.mu.Lock()
