@@ -195,7 +195,7 @@ func (c *chaosCluster) reschedule(id string, rng *rand.Rand) string {
 		c.t.Errorf("healing %s: %v", name, err)
 	}
 	c.timeline.end(fi, time.Now())
-	code, tail := old.wait(time.Minute)
+	code, tail := old.wait(2 * time.Minute)
 	_ = succ.Process.Signal(syscall.SIGTERM)
 	_ = succ.Wait()
 	how := c.zombieOutcome(id, code, tail)
@@ -213,7 +213,7 @@ func (c *chaosCluster) zombieOutcome(id string, code int, tail string) string {
 		c.t.Errorf("producer %s: the old incarnation exited 0 after its successor took over; want it fenced: %s", id, tail)
 		return "exited 0"
 	case code == -1:
-		c.t.Errorf("producer %s: the old incarnation still ran a minute after the partition healed beside its successor; want it fenced: %s", id, tail)
+		c.t.Errorf("producer %s: the old incarnation still ran 2 minutes after the partition healed beside its successor; want it fenced; its output and stacks:\n%s", id, tail)
 		return "still running"
 	case strings.Contains(strings.ToLower(tail), "fenced"):
 		return "fenced"
@@ -245,18 +245,25 @@ type chaosIncarnation struct {
 }
 
 // wait waits up to d for it to exit and returns its exit code (-1 if it
-// had to be killed) and the end of its output.
+// had to be stopped) and the end of its output. One still running is
+// stopped with SIGQUIT, so that its output ends with every goroutine's
+// stack: where it waits.
 func (in chaosIncarnation) wait(d time.Duration) (int, string) {
-	code := -1
 	select {
 	case <-in.exited:
-		code = in.cmd.ProcessState.ExitCode()
+		b := in.out.String()
+		return in.cmd.ProcessState.ExitCode(), b[max(0, len(b)-1500):]
 	case <-time.After(d):
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-in.exited:
+	case <-time.After(10 * time.Second):
 		_ = in.cmd.Process.Kill()
 		<-in.exited
 	}
 	b := in.out.String()
-	return code, b[max(0, len(b)-1500):]
+	return -1, b[max(0, len(b)-20000):]
 }
 
 // detachRunning lets the current incarnation go on unsupervised (it is

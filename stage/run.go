@@ -234,6 +234,7 @@ type runner struct {
 
 	// holdBack's view, refreshed incrementally.
 	leadState   *txn.State
+	fenceAt     time.Time // the last idle check for a newer incarnation
 	consumers   []txn.Heartbeat
 	consumersAt time.Time
 }
@@ -285,11 +286,38 @@ func (r *runner) loop(ctx context.Context) error {
 		if r.Once {
 			return nil
 		}
+		if len(names) == 0 {
+			if err := r.idleFenceCheck(ctx); err != nil {
+				return err
+			}
+		}
 		r.maybeGC(ctx)
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
+}
+
+// fenceCheckEvery is how often an idle run (nothing staged) reads the log
+// to learn whether a newer incarnation took its id over: one incremental
+// refresh per producer every so often.
+const fenceCheckEvery = 10 * time.Second
+
+// idleFenceCheck returns ErrFenced when a newer incarnation of this
+// producer registered while it had nothing to commit: its committer,
+// idle, would never learn it, and it would hold the staging directory's
+// lock from the next incarnation for as long as nothing is staged (a
+// rescheduled pod's old incarnation, its partition healed). A store that
+// cannot be read is not a fence: the next check tries again.
+func (r *runner) idleFenceCheck(ctx context.Context) error {
+	if time.Since(r.fenceAt) < fenceCheckEvery {
+		return nil
+	}
+	r.fenceAt = time.Now()
+	if r.refreshLog(ctx) != nil {
+		return nil
+	}
+	return r.p.FencedIn(r.leadState)
 }
 
 // storeDown notes a pass stopped by a transient store error and returns
@@ -565,13 +593,7 @@ const (
 )
 
 func (r *runner) refreshLead(ctx context.Context) error {
-	if r.leadState == nil {
-		st, err := r.Log.Load(ctx)
-		if err != nil {
-			return err
-		}
-		r.leadState = st
-	} else if _, err := r.Log.Refresh(ctx, r.leadState); err != nil {
+	if err := r.refreshLog(ctx); err != nil {
 		return err
 	}
 	if time.Since(r.consumersAt) >= consumerPoll {
@@ -582,6 +604,20 @@ func (r *runner) refreshLead(ctx context.Context) error {
 		r.consumers, r.consumersAt = cons, time.Now()
 	}
 	return nil
+}
+
+// refreshLog brings leadState up to the log's head.
+func (r *runner) refreshLog(ctx context.Context) error {
+	if r.leadState == nil {
+		st, err := r.Log.Load(ctx)
+		if err != nil {
+			return err
+		}
+		r.leadState = st
+		return nil
+	}
+	_, err := r.Log.Refresh(ctx, r.leadState)
+	return err
 }
 
 func (r *runner) maybeGC(ctx context.Context) {

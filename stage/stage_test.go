@@ -1053,3 +1053,40 @@ func TestFencedWhileHeldBack(t *testing.T) {
 	}
 	t.Logf("held back, then fenced: stopped %s after the new incarnation registered: %v", time.Since(fenced).Round(time.Millisecond), err)
 }
+
+// TestFencedWhileIdle: a run with nothing staged when a new incarnation of
+// its id registers stops with ErrFenced within its idle fence check
+// (10 s). Its committer, with nothing to commit, never learned it, so it
+// went on polling an empty directory and kept the staging lock from the
+// next incarnation (the chaos run's rescheduled zombie found it).
+func TestFencedWhileIdle(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b1")
+	tree, _ := stage.Open(e.staging)
+	committed := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{
+			Store: e.store, Log: e.log, Tree: tree, ProducerID: "p", Poll: 10 * time.Millisecond,
+			OnBatch: func(b stage.BatchEvent) {
+				if b.Name == "b1" && b.Step >= 0 && b.Rejected == "" {
+					once.Do(func() { close(committed) })
+				}
+			},
+		})
+	}()
+	<-committed
+	newer, err := txn.OpenProducer(t.Context(), e.log, txn.ProducerOptions{ID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newer.Close(context.Background())
+	fenced := time.Now()
+	if err := <-done; !errors.Is(err, txn.ErrFenced) {
+		t.Fatalf("an idle run, then fenced: %v after %s; want ErrFenced", err, time.Since(fenced).Round(time.Millisecond))
+	}
+	t.Logf("idle, then fenced: stopped %s after the new incarnation registered", time.Since(fenced).Round(time.Millisecond))
+}

@@ -91,24 +91,32 @@ func netFaults(t *testing.T, s store.Store, l *toxitest.Link) {
 	})
 	must(l.Heal())
 
-	// A body half read when the link goes dark: the idle timeout. The
-	// object is large enough that the server is still sending when the
-	// link goes dark (Toxiproxy's blackhole drops bytes but passes on a
-	// close, and a server that has sent everything may close).
+	// A body being read when the link goes dark: the idle timeout. The
+	// link is slowed first (4 MB/s: 48 MiB take 12 s) and the body read
+	// all along, so the server is still sending when the link goes dark
+	// (Toxiproxy's blackhole drops bytes but passes on a close, and a
+	// server that has sent everything may close) and the proxy's pipes
+	// are moving (its API times out changing the toxics of a link whose
+	// client has stopped reading).
 	big := make([]byte, 48<<20)
 	must(store.PutBytes(ctx, s, "big", big))
+	must(l.Slow(4<<20, 0, 0))
 	rc, err := s.Get(ctx, "big")
 	must(err)
-	if _, err := io.ReadFull(rc, make([]byte, 1<<20)); err != nil {
-		t.Fatal(err)
-	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, rc)
+		read <- err
+	}()
+	time.Sleep(time.Second)
 	must(l.Partition())
+	dark := time.Now()
 	// GCS's reader reopens a stalled body once at its offset, and that
 	// request then waits out the first-byte timeout.
-	bounded("body, partitioned after 1 MiB", store.DefaultIdleTimeout+store.DefaultFirstByteTimeout+10*time.Second, func() error {
-		_, err := io.Copy(io.Discard, rc)
-		return err
+	bounded("body, partitioned while read", store.DefaultIdleTimeout+store.DefaultFirstByteTimeout+10*time.Second, func() error {
+		return <-read
 	})
+	t.Logf("body: ended %s after the link went dark", time.Since(dark).Round(time.Millisecond))
 	rc.Close()
 
 	// Every connection cut after 1 MiB: an error callers retry, or (GCS's
