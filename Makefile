@@ -82,7 +82,7 @@ SOAK ?= 20m
 SOAK_SERVERS ?= versitygw,seaweedfs
 soak: tools seaweedfs
 	set -o pipefail; LAKEFS_SOAK=$(SOAK) LAKEFS_CHAOS_SERVERS=$(SOAK_SERVERS) $(GO) test -race -count=1 -run 'TestChaos$$' -timeout 4h -v ./integration/ | \
-		grep -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
+		grep --line-buffered -v -e 'INTERNAL ERROR' -e 'IAM service' -e 'signal'
 
 seaweedfs:
 	TOOLS=$(TOOLS) ./scripts/seaweedfs.sh

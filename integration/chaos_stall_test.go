@@ -328,6 +328,41 @@ func checkHealthyLag(t testing.TB, lags []chaosLag, faults []chaosFault, outages
 	}
 }
 
+// checkNetExits checks the promise that no process exits for a network
+// fault except where documented: a process that ended by itself while a
+// network fault was on its link, or within chaosHealBound of its heal,
+// must have ended for a documented reason. A reader may see EIO (a read
+// through a partitioned mount, after the store-retry window) or its mount
+// gone; any process may be fenced or find its staging directory held (the
+// SIGSTOP zombie's faults, not the network's). A mount or a producer never
+// gives up on the store.
+func checkNetExits(t testing.TB, ends []chaosExit, faults []chaosFault) {
+	for _, e := range ends {
+		if e.link == "" || chaosNetExitAllowed(e) {
+			continue
+		}
+		for _, f := range faults {
+			if f.link == e.link && !e.at.Before(f.start) && !e.at.After(f.end.Add(chaosHealBound)) {
+				t.Errorf("%s exited by itself (%s) %.1fs into %s on its link (%.0fs long); no process exits for a network fault except where RELIABILITY.md says",
+					e.who, e.cause, e.at.Sub(f.start).Seconds(), f.what, f.end.Sub(f.start).Seconds())
+				break
+			}
+		}
+	}
+}
+
+// chaosNetExitAllowed says whether e's cause is a documented way to end
+// during a network fault.
+func chaosNetExitAllowed(e chaosExit) bool {
+	switch e.cause {
+	case "fenced", "staging directory in use":
+		return true
+	case "EIO from its mount", "its mount gone (ENOTCONN)":
+		return e.kind == "reader"
+	}
+	return false
+}
+
 // chaosDisturbed says whether anything but the storm f touched node n
 // while f was on.
 func chaosDisturbed(n string, f chaosFault, faults []chaosFault, outages []chaosOutage) bool {
@@ -677,6 +712,42 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 	_ = tw.Flush()
 }
 
+// writeHealTable gives, per kind of network fault, the longest time from
+// a heal to the progress of a party that stalled through it (a stall
+// under chaosStallMin is not measured: its heal->progress is shorter).
+func writeHealTable(w io.Writer, rows []chaosStallRow) {
+	longest, count := map[string]time.Duration{}, map[string]int{}
+	for _, r := range rows {
+		if r.healed == nil {
+			continue
+		}
+		k := chaosNetKind(r.healed.what)
+		longest[k] = max(longest[k], r.healToProgress)
+		count[k]++
+	}
+	fmt.Fprintln(w, "heal -> progress, longest per network fault kind:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, k := range append(slices.Clone(chaosNetKinds), "net zombie (rescheduled)") {
+		if count[k] == 0 {
+			fmt.Fprintf(tw, "  %s	no stall over %s	\n", k, chaosStallMin)
+			continue
+		}
+		fmt.Fprintf(tw, "  %s	%.1fs	(%d stalls)\n", k, longest[k].Seconds(), count[k])
+	}
+	_ = tw.Flush()
+}
+
+// chaosNetKind is the kind of a network fault from its timeline name
+// (kind, then its target).
+func chaosNetKind(what string) string {
+	for _, k := range append(slices.Clone(chaosNetKinds), "net zombie (rescheduled)") {
+		if strings.HasPrefix(what, k+" ") {
+			return k
+		}
+	}
+	return what
+}
+
 // chaosExitCause names why a supervised process exited by itself, from
 // the last lines of its output.
 func chaosExitCause(out string) string {
@@ -756,6 +827,28 @@ func TestChaosAttribute(t *testing.T) {
 		t.Errorf("stall through an outage: fault %v, store down %s, up->progress %s, bound %s; want producer SIGKILL p1, 20s, 130s, over the bound",
 			r.fault, r.storeDown, r.upToProgress, r.bound)
 	}
+	ends := []chaosExit{
+		{who: "producer p1", kind: "producer", link: "producer p1", cause: "store unreachable", at: at(50)},
+		{who: "reader a", kind: "reader", link: "mount a", cause: "EIO from its mount", at: at(50)},
+		{who: "mount a", kind: "mount", link: "mount a", cause: "other: x", at: at(200)},
+		{who: "producer p2", kind: "producer", link: "producer p2", cause: "fenced", at: at(50)},
+	}
+	netFaults := []chaosFault{
+		{what: "net partition producer producer p1", link: "producer p1", start: at(30), end: at(45)},
+		{what: "net partition mount mount a", link: "mount a", start: at(30), end: at(45)},
+		{what: "net reset producer p2", link: "producer p2", start: at(30), end: at(45)},
+	}
+	healed := attribute([]chaosStall{{who: "reader of node a", start: at(31), end: at(57)}}, netFaults[1:2], nil)
+	var heals strings.Builder
+	writeHealTable(&heals, healed)
+	if !regexp.MustCompile(`net partition mount +12\.0s +\(1 stalls\)`).MatchString(heals.String()) {
+		t.Errorf("heal table:\n%s\nwant net partition mount at 12.0s (1 stalls)", heals.String())
+	}
+	var rec recordingTB
+	checkNetExits(&rec, ends, netFaults)
+	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "producer p1 exited by itself (store unreachable)") {
+		t.Errorf("checkNetExits: %q; want one error, for producer p1 giving up during its partition", rec.errs)
+	}
 	for out, want := range map[string]string{
 		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                             "store unreachable",
 		"lakefs-produce: producer p1 was fenced: another process registered\n":                                                                                         "fenced",
@@ -769,4 +862,14 @@ func TestChaosAttribute(t *testing.T) {
 			t.Errorf("chaosExitCause(%q) = %q, want %q", out, got, want)
 		}
 	}
+}
+
+// recordingTB collects the errors a check reports, to test the check.
+type recordingTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }

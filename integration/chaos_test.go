@@ -157,6 +157,13 @@ type chaosStats struct {
 	mu     sync.Mutex
 	faults map[string]int // GUARDED_BY(mu)
 	exits  map[string]int // GUARDED_BY(mu): processes that ended by themselves, by role and cause
+	ends   []chaosExit    // GUARDED_BY(mu): the same, one by one
+}
+
+// chaosExit is one process ending by itself.
+type chaosExit struct {
+	who, kind, link, cause string
+	at                     time.Time
 }
 
 func (s *chaosStats) fault(kind string) {
@@ -165,10 +172,11 @@ func (s *chaosStats) fault(kind string) {
 	s.faults[kind]++
 }
 
-func (s *chaosStats) exit(kind string) {
+func (s *chaosStats) exit(e chaosExit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.exits[kind]++
+	s.exits[e.kind+" "+e.cause]++
+	s.ends = append(s.ends, e)
 }
 
 // chaosSup keeps one process running: it restarts it whenever it exits
@@ -176,6 +184,7 @@ func (s *chaosStats) exit(kind string) {
 type chaosSup struct {
 	name  string
 	kind  string
+	link  string // the network link whose faults it sees: its own, a reader its mount's
 	start func() *exec.Cmd
 	stats *chaosStats
 	t     testing.TB
@@ -224,7 +233,7 @@ func (s *chaosSup) run(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		if !killed && !detach {
-			s.stats.exit(s.kind + " " + chaosExitCause(out.String()))
+			s.stats.exit(chaosExit{who: s.name, kind: s.kind, link: s.link, cause: chaosExitCause(out.String()), at: time.Now()})
 		}
 		select {
 		case <-ctx.Done():
@@ -403,6 +412,9 @@ func chaosRun(t *testing.T, srv chaosServer, o chaosOptions) {
 		names = append(names, n.name)
 	}
 	checkHealthyLag(t, ph.monitor.lags, faults, outages, names)
+	c.stats.mu.Lock()
+	checkNetExits(t, c.stats.ends, faults)
+	c.stats.mu.Unlock()
 	c.summarize(sum)
 	summarized = true
 }
@@ -501,7 +513,7 @@ func chaosSetUp(t *testing.T, srv chaosServer, o chaosOptions) *chaosCluster {
 		if err := os.Mkdir(c.dirs[id], 0o755); err != nil {
 			t.Fatal(err)
 		}
-		c.prods[id] = &chaosSup{name: "producer " + id, kind: "producer", stats: c.stats, t: t, start: func() *exec.Cmd {
+		c.prods[id] = &chaosSup{name: "producer " + id, kind: "producer", link: "producer " + id, stats: c.stats, t: t, start: func() *exec.Cmd {
 			return exec.Command(bin, "run", "--store", c.urlFor("producer "+id), "--staging", c.dirs[id], "--producer-id", id,
 				"--poll", "100ms", "--max-lead", "40", "--progress", "log", "--clock-offset", chaosClocks[id])
 		}}
@@ -524,14 +536,14 @@ func (c *chaosCluster) node(root, name string, i int, mountBin, reader string) *
 		t.Fatal(err)
 	}
 	rs := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(n.ranks)), ","), "[]")
-	n.mount = &chaosSup{name: "mount " + name, kind: "mount", stats: c.stats, t: t,
+	n.mount = &chaosSup{name: "mount " + name, kind: "mount", link: "mount " + name, stats: c.stats, t: t,
 		reap: func() { mntAbortFUSE(t, n.mnt, true) },
 		start: func() *exec.Cmd {
 			return exec.Command(mountBin, "--store", c.urlFor("mount "+name), "--clock-offset", chaosClocks[name],
 				"--ranks", rs, "--wait", "20s", "--node-id", "node-"+name,
 				"--cache-size", "128MiB", "--prefetch-steps", "4", "--poll-interval", "50ms", "--heartbeat-interval", "1s", n.mnt)
 		}}
-	n.reader = &chaosSup{name: "reader " + name, kind: "reader", stats: c.stats, t: t, start: func() *exec.Cmd {
+	n.reader = &chaosSup{name: "reader " + name, kind: "reader", link: "mount " + name, stats: c.stats, t: t, start: func() *exec.Cmd {
 		return exec.Command(reader, "-mnt", n.mnt, "-ranks", rs, "-out", n.out)
 	}}
 	return n
@@ -982,6 +994,9 @@ func (c *chaosCluster) summarize(sum chaosSummary) {
 	fmt.Fprintf(tw, "live steps / data objects after gc\t%d / %d\t\n", sum.liveSteps, sum.dataObjs)
 	_ = tw.Flush()
 	writeStallTable(&table, sum.stalls, c.start)
+	if c.net != nil {
+		writeHealTable(&table, sum.stalls)
+	}
 	c.t.Logf("chaos summary:\n%s", table.String())
 	for _, r := range sum.stalls {
 		if r.healed != nil && r.bound == r.healToProgress && r.bound > chaosHealBound {
