@@ -180,7 +180,7 @@ func (c *chaosCluster) reschedule(id string, rng *rand.Rand) string {
 		c.t.Errorf("rebuilding %s's staging directory: %v", id, err)
 	}
 	succ, out := c.startSuccessor(id, seq, dir)
-	d := between(rng, c.o.NetFor)
+	d := between(rng, c.o.ZombieFor)
 	// The partition lasts at least d and until the new incarnation has
 	// committed what it was given (at most 2 min).
 	deadline := time.Now().Add(2 * time.Minute)

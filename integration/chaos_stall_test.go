@@ -334,8 +334,9 @@ func checkHealthyLag(t testing.TB, lags []chaosLag, faults []chaosFault, outages
 // must have ended for a documented reason. A reader may see EIO (a read
 // through a partitioned mount, after the store-retry window) or its mount
 // gone; any process may be fenced or find its staging directory held (the
-// SIGSTOP zombie's faults, not the network's). A mount or a producer never
-// gives up on the store.
+// SIGSTOP zombie's faults, not the network's); a mount that starts while
+// its store is unreachable exits 1 at once (a supervisor restarts it). A
+// producer never gives up on the store, nor does a mount once mounted.
 func checkNetExits(t testing.TB, ends []chaosExit, faults []chaosFault) {
 	for _, e := range ends {
 		if e.link == "" || chaosNetExitAllowed(e) {
@@ -343,8 +344,8 @@ func checkNetExits(t testing.TB, ends []chaosExit, faults []chaosFault) {
 		}
 		for _, f := range faults {
 			if f.link == e.link && !e.at.Before(f.start) && !e.at.After(f.end.Add(chaosHealBound)) {
-				t.Errorf("%s exited by itself (%s) %.1fs into %s on its link (%.0fs long); no process exits for a network fault except where RELIABILITY.md says",
-					e.who, e.cause, e.at.Sub(f.start).Seconds(), f.what, f.end.Sub(f.start).Seconds())
+				t.Errorf("%s exited by itself (%s) %.1fs into %s on its link (%.0fs long); no process exits for a network fault except where RELIABILITY.md says: %s",
+					e.who, e.cause, e.at.Sub(f.start).Seconds(), f.what, f.end.Sub(f.start).Seconds(), e.line)
 				break
 			}
 		}
@@ -359,6 +360,8 @@ func chaosNetExitAllowed(e chaosExit) bool {
 		return true
 	case "EIO from its mount", "its mount gone (ENOTCONN)":
 		return e.kind == "reader"
+	case "store unreachable":
+		return e.kind == "mount" && !e.started
 	}
 	return false
 }
@@ -831,6 +834,8 @@ func TestChaosAttribute(t *testing.T) {
 		{who: "producer p1", kind: "producer", link: "producer p1", cause: "store unreachable", at: at(50)},
 		{who: "reader a", kind: "reader", link: "mount a", cause: "EIO from its mount", at: at(50)},
 		{who: "mount a", kind: "mount", link: "mount a", cause: "other: x", at: at(200)},
+		{who: "mount a", kind: "mount", link: "mount a", cause: "store unreachable", at: at(40)},
+		{who: "mount a", kind: "mount", link: "mount a", cause: "store unreachable", started: true, at: at(41)},
 		{who: "producer p2", kind: "producer", link: "producer p2", cause: "fenced", at: at(50)},
 	}
 	netFaults := []chaosFault{
@@ -846,8 +851,9 @@ func TestChaosAttribute(t *testing.T) {
 	}
 	var rec recordingTB
 	checkNetExits(&rec, ends, netFaults)
-	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "producer p1 exited by itself (store unreachable)") {
-		t.Errorf("checkNetExits: %q; want one error, for producer p1 giving up during its partition", rec.errs)
+	if len(rec.errs) != 2 || !strings.Contains(rec.errs[0], "producer p1 exited by itself (store unreachable)") ||
+		!strings.Contains(rec.errs[1], "mount a exited by itself (store unreachable)") {
+		t.Errorf("checkNetExits: %q; want two errors: producer p1 and a mounted mount a giving up during their partitions", rec.errs)
 	}
 	for out, want := range map[string]string{
 		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                             "store unreachable",

@@ -71,6 +71,9 @@ type chaosOptions struct {
 	Net     bool
 	NetFor  [2]time.Duration // a partition, half-open, cut, reset or refused link lasts this long
 	SlowFor [2]time.Duration // a slow link or a storm lasts this long
+	// ZombieFor is how long a rescheduled zombie's partition lasts at
+	// least (then until its successor has committed what it was given).
+	ZombieFor [2]time.Duration
 	// Rescheduled is how many rescheduled zombies the run must see, at
 	// least (with Net).
 	Rescheduled int
@@ -97,9 +100,12 @@ func TestChaos(t *testing.T) {
 	net := o
 	net.Net, net.NetFor, net.SlowFor, net.Rescheduled = true, [2]time.Duration{5 * time.Second, 12 * time.Second},
 		[2]time.Duration{10 * time.Second, 20 * time.Second}, 1
+	net.ZombieFor = net.NetFor
 	if soak {
-		net.NetFor, net.SlowFor, net.Rescheduled = [2]time.Duration{5 * time.Second, 90 * time.Second},
-			[2]time.Duration{60 * time.Second, 180 * time.Second}, 10
+		// The zombie's partitions are shorter than the others' so that
+		// SeaweedFS, whose commits take seconds, still sees ten of them.
+		net.NetFor, net.SlowFor, net.ZombieFor, net.Rescheduled = [2]time.Duration{5 * time.Second, 90 * time.Second},
+			[2]time.Duration{60 * time.Second, 180 * time.Second}, [2]time.Duration{5 * time.Second, 30 * time.Second}, 10
 	}
 	runs := chaosServers(t)
 	if runs["versitygw"] {
@@ -163,6 +169,8 @@ type chaosStats struct {
 // chaosExit is one process ending by itself.
 type chaosExit struct {
 	who, kind, link, cause string
+	line                   string // its last line of output
+	started                bool   // it got going: mounted, or registered as the producer
 	at                     time.Time
 }
 
@@ -233,7 +241,9 @@ func (s *chaosSup) run(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		if !killed && !detach {
-			s.stats.exit(chaosExit{who: s.name, kind: s.kind, link: s.link, cause: chaosExitCause(out.String()), at: time.Now()})
+			b := out.String()
+			s.stats.exit(chaosExit{who: s.name, kind: s.kind, link: s.link, cause: chaosExitCause(b), line: lastLine(b),
+				started: strings.Contains(b, "msg=mounted") || strings.Contains(b, `msg="producer registered"`), at: time.Now()})
 		}
 		select {
 		case <-ctx.Done():

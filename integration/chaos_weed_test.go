@@ -45,6 +45,9 @@ func chaosStartWeed(t testing.TB) *chaosWeed {
 			t.Fatalf("the soak needs SeaweedFS's weed: run scripts/seaweedfs.sh (make soak does)")
 		}
 	}
+	// The run's processes reach it with the environment's credentials;
+	// the versitygw run before it set them only for itself.
+	s3test.SetEnv(t, s3test.AccessKey, s3test.SecretKey)
 	w := &chaosWeed{bin: bin, dir: t.TempDir(), cfg: filepath.Join(t.TempDir(), "s3.json")}
 	cfg := fmt.Sprintf(`{"identities":[{"name":"lakestream","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`,
 		s3test.AccessKey, s3test.SecretKey)

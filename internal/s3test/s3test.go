@@ -59,6 +59,19 @@ func Start(t testing.TB) *Server {
 	return StartWithCredentials(t, AccessKey, SecretKey)
 }
 
+// SetEnv gives the test's environment (and the processes it starts) the
+// credentials access and secret and Region, and nothing from the
+// machine's AWS config: any S3 server the test starts, not only
+// versitygw, is reached with them.
+func SetEnv(t testing.TB, access, secret string) {
+	t.Setenv("AWS_ACCESS_KEY_ID", access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_REGION", Region)
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+}
+
 // StartWithCredentials is Start with the server's access and secret key;
 // the environment gets them too.
 func StartWithCredentials(t testing.TB, access, secret string) *Server {
@@ -70,12 +83,7 @@ func StartWithCredentials(t testing.TB, access, secret string) *Server {
 		}
 		t.Skipf("versitygw not found (%v); install it with %s", err, InstallHint)
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", access)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
-	t.Setenv("AWS_REGION", Region)
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	SetEnv(t, access, secret)
 	s, err := Launch(LaunchOptions{Bin: bin, Dir: t.TempDir(), AccessKey: access, SecretKey: secret})
 	if err != nil {
 		t.Fatal(err)
