@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -140,6 +141,40 @@ func TestProbeRefusesNonAtomicStore(t *testing.T) {
 	err := store.Probe(t.Context(), putIsCreate{store.NewMem()})
 	if !errors.Is(err, store.ErrNoAtomicCreate) {
 		t.Fatalf("probe accepted a store without create-if-absent: %v", err)
+	}
+}
+
+// retriedCreate is a store whose first Create is applied and then sent
+// again, as a client retries a request whose answer was lost on the
+// network: the caller gets the retry's answer, ErrExists.
+type retriedCreate struct {
+	store.Store
+	done bool
+}
+
+func (r *retriedCreate) Create(ctx context.Context, key string, rd io.Reader, size int64) error {
+	b, err := io.ReadAll(rd)
+	if err != nil {
+		return err
+	}
+	if err := r.Store.Create(ctx, key, bytes.NewReader(b), size); err != nil || r.done {
+		return err
+	}
+	r.done = true
+	return r.Store.Create(ctx, key, bytes.NewReader(b), size)
+}
+
+// TestProbeFirstCreateAnswerLost: the probe's first create answered
+// ErrExists because its own earlier attempt made the key (the chaos soak
+// on SeaweedFS found producers refusing the store for it after a network
+// fault); the probe reads the key back and passes, and still refuses a
+// store that has no create-if-absent.
+func TestProbeFirstCreateAnswerLost(t *testing.T) {
+	if err := store.Probe(t.Context(), &retriedCreate{Store: store.NewMem()}); err != nil {
+		t.Fatalf("probe after a retried first create: %v", err)
+	}
+	if err := store.Probe(t.Context(), &retriedCreate{Store: putIsCreate{store.NewMem()}}); !errors.Is(err, store.ErrNoAtomicCreate) {
+		t.Fatalf("probe of a store without create-if-absent after a retried first create: %v", err)
 	}
 }
 
