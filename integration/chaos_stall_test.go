@@ -716,12 +716,14 @@ func writeStallTable(w io.Writer, rows []chaosStallRow, start time.Time) {
 }
 
 // writeHealTable gives, per kind of network fault, the longest time from
-// a heal to the progress of a party that stalled through it (a stall
-// under chaosStallMin is not measured: its heal->progress is shorter).
+// a heal to the progress of a party that stalled through it, where the
+// heal was the last thing it waited out (a heal during a store outage is
+// the outage's to explain; a stall under chaosStallMin is not measured:
+// its heal->progress is shorter).
 func writeHealTable(w io.Writer, rows []chaosStallRow) {
 	longest, count := map[string]time.Duration{}, map[string]int{}
 	for _, r := range rows {
-		if r.healed == nil {
+		if r.healed == nil || r.bound != r.healToProgress {
 			continue
 		}
 		k := chaosNetKind(r.healed.what)
@@ -762,7 +764,7 @@ func chaosExitCause(out string) string {
 		return "no output"
 	case strings.Contains(tail, "fenced"):
 		return "fenced"
-	case strings.Contains(tail, "unreachable"), strings.Contains(tail, "connection refused"),
+	case strings.Contains(tail, "unreachable"), strings.Contains(tail, "cannot reach"), strings.Contains(tail, "connection refused"),
 		strings.Contains(tail, "connection reset"), strings.Contains(tail, "i/o timeout"):
 		return "store unreachable"
 	case strings.Contains(tail, "no space left"):
@@ -856,12 +858,13 @@ func TestChaosAttribute(t *testing.T) {
 		t.Errorf("checkNetExits: %q; want two errors: producer p1 and a mounted mount a giving up during their partitions", rec.errs)
 	}
 	for out, want := range map[string]string{
-		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                             "store unreachable",
-		"lakefs-produce: producer p1 was fenced: another process registered\n":                                                                                         "fenced",
-		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                                                                                 "its mount gone (ENOTCONN)",
-		"reader: step 7: /m/steps/7/rank-0/f0.bin: read /m/steps/7/rank-0/f0.bin: input/output error (a checksum mismatch or a store error)":                           "EIO from its mount",
-		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: create-if-absent probe: first create of _probe/3fa2b9c0d1e2: InternalError": "store refused the start probe: InternalError",
-		"lakefs-mount: mounting /tmp/x/mnt-a: fusermount3: exit status 1 and a long tail of words that goes past ninety characters":                                    "other: lakefs-mount: mounting .../mnt-a: fuserm ... ail of words that goes past ninety characters",
+		"x\nlakefs-produce: s3 endpoint http://127.0.0.1:7070 unreachable: dial tcp: connection refused\n":                                                                      "store unreachable",
+		"lakefs-mount: opening the stream at s3://b/s: reading _stream.json: s3 get _stream.json: cannot reach http://127.0.0.1:1: net/http: timeout awaiting response headers": "store unreachable",
+		"lakefs-produce: producer p1 was fenced: another process registered\n":                                                                                                  "fenced",
+		"reader: step 12: stat /tmp/a/b/steps/12: transport endpoint is not connected":                                                                                          "its mount gone (ENOTCONN)",
+		"reader: step 7: /m/steps/7/rank-0/f0.bin: read /m/steps/7/rank-0/f0.bin: input/output error (a checksum mismatch or a store error)":                                    "EIO from its mount",
+		"lakefs-produce: refusing store s3://b/stream?endpoint=http%3A%2F%2F127.0.0.1%3A1: create-if-absent probe: first create of _probe/3fa2b9c0d1e2: InternalError":          "store refused the start probe: InternalError",
+		"lakefs-mount: mounting /tmp/x/mnt-a: fusermount3: exit status 1 and a long tail of words that goes past ninety characters":                                             "other: lakefs-mount: mounting .../mnt-a: fuserm ... ail of words that goes past ninety characters",
 		"": "no output",
 	} {
 		if got := chaosExitCause(out); got != want {
