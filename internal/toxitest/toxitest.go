@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,6 +76,7 @@ type Link struct {
 
 	mu     sync.Mutex
 	toxics []string // GUARDED_BY(mu): the current fault's toxics
+	made   int      // GUARDED_BY(mu): toxics ever added, for unique names
 }
 
 // Link makes a proxy named name to upstream (host:port) on a free port.
@@ -88,21 +90,21 @@ func (s *Server) Link(t testing.TB, name, upstream string) *Link {
 }
 
 // add puts one toxic on the link in stream ("upstream": to the store,
-// "downstream": to the client).
-func (l *Link) add(typ, stream string, attrs toxiproxy.Attributes) error {
-	name := fmt.Sprintf("%s_%s_%d", typ, stream, len(l.toxics))
+// "downstream": to the client) and returns its name.
+func (l *Link) add(typ, stream string, attrs toxiproxy.Attributes) (string, error) {
+	l.made++
+	name := fmt.Sprintf("%s_%s_%d", typ, stream, l.made)
 	var err error
 	for range 5 {
 		// The server's API gives up (an HTML timeout page) when a link's
 		// pipes are slow to take the new toxic, as when its client has
 		// stopped reading; the toxic may be on anyway.
 		if _, err = l.p.AddToxic(name, typ, stream, 1, attrs); err == nil || l.has(name) {
-			l.toxics = append(l.toxics, name)
-			return nil
+			return name, nil
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("toxiproxy: %s on link %s: %w", typ, l.Name, err)
+	return "", fmt.Errorf("toxiproxy: %s on link %s: %w", typ, l.Name, err)
 }
 
 // has says whether the link has the toxic name.
@@ -120,18 +122,32 @@ func (l *Link) has(name string) bool {
 }
 
 // set replaces the link's fault with toxics, each (type, stream, attrs).
+// The new toxics go on before the old come off, so a link changed from
+// slow to dark is never perfect in between (a body the slow link held
+// back would rush through). A blackhole does not read what reaches it,
+// and Toxiproxy drains a toxic it removes into the next one, so the old
+// toxics stay on under a blackhole (nothing flows past it anyway) and
+// come off with it.
 func (l *Link) set(toxics ...toxic) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.clear(); err != nil {
-		return err
-	}
+	old := l.toxics
+	blackhole := false
 	for _, tx := range toxics {
-		if err := l.add(tx.typ, tx.stream, tx.attrs); err != nil {
+		name, err := l.add(tx.typ, tx.stream, tx.attrs)
+		if err != nil {
+			return err
+		}
+		l.toxics = append(l.toxics, name)
+		blackhole = blackhole || tx.typ == "timeout" && tx.attrs["timeout"] == 0
+	}
+	if !blackhole {
+		l.toxics = l.toxics[len(old):]
+		if err := l.remove(old); err != nil {
 			return err
 		}
 	}
-	return nil
+	return l.enable()
 }
 
 type toxic struct {
@@ -139,9 +155,10 @@ type toxic struct {
 	attrs       toxiproxy.Attributes
 }
 
-// clear removes the current toxics and enables the link.
-func (l *Link) clear() error {
-	for _, n := range l.toxics {
+// remove takes the toxics names off the link, the last added first: each
+// drains into what was added after it, which is gone or reads.
+func (l *Link) remove(names []string) error {
+	for _, n := range slices.Backward(names) {
 		var err error
 		for range 5 {
 			if err = l.p.RemoveToxic(n); err == nil || !l.has(n) {
@@ -153,13 +170,28 @@ func (l *Link) clear() error {
 			return fmt.Errorf("toxiproxy: removing %s from link %s: %w", n, l.Name, err)
 		}
 	}
-	l.toxics = nil
-	if !l.p.Enabled {
-		if err := l.p.Enable(); err != nil {
-			return fmt.Errorf("toxiproxy: enabling link %s: %w", l.Name, err)
-		}
+	return nil
+}
+
+// enable lets connections through a link that Refuse disabled.
+func (l *Link) enable() error {
+	if l.p.Enabled {
+		return nil
+	}
+	if err := l.p.Enable(); err != nil {
+		return fmt.Errorf("toxiproxy: enabling link %s: %w", l.Name, err)
 	}
 	return nil
+}
+
+// clear removes the current toxics and enables the link.
+func (l *Link) clear() error {
+	old := l.toxics
+	l.toxics = nil
+	if err := l.remove(old); err != nil {
+		return err
+	}
+	return l.enable()
 }
 
 // Heal ends the link's fault: the network is perfect again.
@@ -210,13 +242,13 @@ func (l *Link) Reset(after time.Duration) error {
 func (l *Link) Refuse() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.clear(); err != nil {
-		return err
-	}
+	// Disabled first: the old fault stays on until nothing flows.
 	if err := l.p.Disable(); err != nil {
 		return fmt.Errorf("toxiproxy: disabling link %s: %w", l.Name, err)
 	}
-	return nil
+	old := l.toxics
+	l.toxics = nil
+	return l.remove(old)
 }
 
 // Storm puts everything on the link at once: latency with jitter, a

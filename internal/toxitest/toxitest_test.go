@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,6 +76,65 @@ func TestLinkFaults(t *testing.T) {
 	must(l.Heal())
 	if n, err := get(10 * time.Second); err != nil || n != len(body) {
 		t.Errorf("healed: %d bytes, %v", n, err)
+	}
+}
+
+// TestChangeNeverPerfect checks a link changed from one fault to another
+// is never perfect in between: a stream held back by a slow link must
+// not rush through while it goes dark (the store's idle-timeout test read
+// a whole body there).
+func TestChangeNeverPerfect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		chunk := make([]byte, 64<<10)
+		for range 4096 { // 256 MiB at most
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	l := Start(t).Link(t, "node", ln.Addr().String())
+	if err := l.Slow(1<<20, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", l.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got atomic.Int64
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(time.Second)
+	before := got.Load()
+	if err := l.Partition(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	// A slow link's pipe holds a chunk or two; a perfect one moves
+	// megabytes in the milliseconds a change takes.
+	if through := got.Load() - before; through > 1<<20 {
+		t.Errorf("%d bytes went through while the link went from slow to dark; want at most 1 MiB", through)
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
 	}
 }
 
