@@ -241,7 +241,8 @@ func (c *chaosCluster) reschedule(id string, rng *rand.Rand) string {
 // until it has had 2 minutes of the store up since its partition healed
 // (it learns it was fenced from the log, which it cannot read while the
 // store is down; SeaweedFS takes up to 2 minutes to restart), at most 8
-// minutes in all, and returns how it ended as wait does.
+// minutes in all, and returns its exit code (-1: it had to be stopped)
+// and the end of its output.
 func (c *chaosCluster) waitFenced(old chaosIncarnation, healed time.Time) (int, string) {
 	const up, most = 2 * time.Minute, 8 * time.Minute
 	for {
@@ -257,11 +258,16 @@ func (c *chaosCluster) waitFenced(old chaosIncarnation, healed time.Time) (int, 
 		}
 		left := time.Until(earlier(deadline, healed.Add(most)))
 		if left <= 0 {
-			return old.wait(0)
+			select {
+			case <-old.exited:
+				return old.ended()
+			default:
+				return old.quit()
+			}
 		}
 		select {
 		case <-old.exited:
-			return old.wait(0)
+			return old.ended()
 		case <-time.After(min(left, time.Second)):
 		}
 	}
@@ -307,23 +313,17 @@ type chaosIncarnation struct {
 	out    *prdOutput
 }
 
-// wait waits up to d for it to exit and returns its exit code (-1 if it
-// had to be stopped) and the end of its output. One still running is
-// stopped with SIGQUIT, so that its output ends with every goroutine's
-// stack: where it waits.
-func (in chaosIncarnation) wait(d time.Duration) (int, string) {
-	select {
-	case <-in.exited: // first: with d = 0 both cases may be ready
-		b := in.out.String()
-		return in.cmd.ProcessState.ExitCode(), b[max(0, len(b)-1500):]
-	default:
-	}
-	select {
-	case <-in.exited:
-		b := in.out.String()
-		return in.cmd.ProcessState.ExitCode(), b[max(0, len(b)-1500):]
-	case <-time.After(d):
-	}
+// ended returns the exit code of an incarnation that has exited and the
+// end of its output.
+func (in chaosIncarnation) ended() (int, string) {
+	b := in.out.String()
+	return in.cmd.ProcessState.ExitCode(), b[max(0, len(b)-1500):]
+}
+
+// quit stops one still running with SIGQUIT, so that its output ends with
+// every goroutine's stack (where it waits), and returns -1 and the end of
+// its output.
+func (in chaosIncarnation) quit() (int, string) {
 	_ = in.cmd.Process.Signal(syscall.SIGQUIT)
 	select {
 	case <-in.exited:
