@@ -16,7 +16,7 @@ rounds=${2:-1}
 cd "$(dirname "$0")/.."
 BENCH_NAME=bench-commit
 . scripts/benchenv.sh
-s3="s3://bench/grid?endpoint=http://127.0.0.1:$port&region=us-east-1"
+s3="s3://bench/grid?endpoint=$scheme://127.0.0.1:$port&region=us-east-1"
 
 run() { # label, store URL, extra flags...
 	local label=$1 url=$2; shift 2

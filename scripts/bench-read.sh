@@ -6,9 +6,12 @@
 # 256 files of 100 KiB per rank, on versitygw (started here on 127.0.0.1)
 # and on file://. Each configuration's table (each mount row followed by
 # its ratios to direct and plain-get) goes to OUTDIR/<store>-<shape>.txt.
-# With PROFILE=1 it then takes a 5 s CPU profile of the mount while 4
-# readers read 300 steps of 4 MiB from versitygw (OUTDIR/mount.pprof).
-# STORES (s3 file) and SHAPES (4m small) narrow the grid. Run it on a
+# With PROFILE=1 it then takes a 5 s CPU profile of the mount while
+# PROFILE_READERS (4) readers read PROFILE_STEPS (300) steps of 4 MiB from
+# versitygw (OUTDIR/mount.pprof). STORES (s3 file) and SHAPES (4m small)
+# narrow the grid; TLS=1 serves versitygw over HTTPS, KEEPALIVE=0 with
+# its default of a connection per request, VERSITYGW names another
+# build of it (scripts/benchenv.sh). Run it on a
 # quiet machine (each table records the load average before and after);
 # QUIET, a command prefix, runs each configuration under it (e.g. a
 # wrapper that waits for the load to drop):
@@ -19,7 +22,7 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 BENCH_NAME=bench-read
 . scripts/benchenv.sh
-s3="s3://bench/read?endpoint=http://127.0.0.1:$port&region=us-east-1"
+s3="s3://bench/read?endpoint=$scheme://127.0.0.1:$port&region=us-east-1"
 
 run() { # store, shape, bench read flags...
 	local st=$1 shape=$2 url; shift 2
@@ -38,7 +41,7 @@ for st in ${STORES:-s3 file}; do
 done
 if [ "${PROFILE:-0}" = 1 ]; then
 	maddr=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	${QUIET:-} ./bin/lakefs-bench read --store "$s3" --ranks 4 --readers 4 --steps 300 --systems mount \
+	${QUIET:-} ./bin/lakefs-bench read --store "$s3" --ranks 4 --readers ${PROFILE_READERS:-4} --steps ${PROFILE_STEPS:-300} --systems mount \
 		--mount-arg=--pprof --mount-arg=--metrics-addr=$maddr >"$out/profile-run.txt" &
 	bench=$!
 	# The mount starts once the stream is written; profile its reads.

@@ -1,7 +1,14 @@
 # benchenv.sh, sourced by the benchmark scripts: builds the binaries, makes
 # a work directory (removed on exit) and starts versitygw on a free
-# 127.0.0.1 port with a bucket "bench". Sets work, port, gw (its pid) and
-# exports the AWS_* variables the S3 client reads.
+# 127.0.0.1 port with a bucket "bench". Sets work, port, gw (its pid),
+# scheme (http, or https with TLS=1) and exports the AWS_* variables the
+# S3 client reads.
+#
+# versitygw keeps connections alive, as every cloud store does (its
+# default closes each after one response, so every GET would pay a
+# connect and TCP slow start; KEEPALIVE=0 keeps that default, to compare).
+# With TLS=1 it serves HTTPS with a self-signed certificate for 127.0.0.1,
+# trusted through AWS_CA_BUNDLE. VERSITYGW runs another build of it.
 TOOLS=${LAKEFS_TOOLS:-$PWD/.tools}
 make -s build
 work=$(mktemp -d "/tmp/${BENCH_NAME:-bench}.XXXXXX")
@@ -9,7 +16,16 @@ trap 'kill "$gw" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
 mkdir -p "$work/s3" "$work/file"
-"$TOOLS/bin/versitygw" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
-	--port "127.0.0.1:$port" --quiet posix "$work/s3" >"$work/versitygw.log" 2>&1 &
+scheme=http tls=() keep=(--keep-alive)
+[ "${KEEPALIVE:-1}" = 1 ] || keep=()
+if [ "${TLS:-0}" = 1 ]; then
+	scheme=https
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
+		-addext subjectAltName=IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+	tls=(--cert "$work/cert.pem" --key "$work/key.pem")
+	export AWS_CA_BUNDLE=$work/cert.pem
+fi
+"${VERSITYGW:-$TOOLS/bin/versitygw}" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
+	--port "127.0.0.1:$port" --quiet "${keep[@]}" "${tls[@]}" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
 gw=$!
-for _ in $(seq 50); do aws --endpoint-url "http://127.0.0.1:$port" s3 mb s3://bench >/dev/null 2>&1 && break; sleep 0.2; done
+for _ in $(seq 50); do aws --endpoint-url "$scheme://127.0.0.1:$port" s3 mb s3://bench >/dev/null 2>&1 && break; sleep 0.2; done

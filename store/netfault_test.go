@@ -24,14 +24,7 @@ import (
 // hangs, not how fast.
 func TestNetworkFaultsTimeoutsHold(t *testing.T) {
 	tox := toxitest.Start(t)
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"s3", func(t *testing.T) string { return s3test.Start(t).NewBucketURL(t) }},
-		{"gs", func(t *testing.T) string { return gcstest.Start(t).NewBucketURL(t) }},
-		{"az", func(t *testing.T) string { return aztest.Start(t).NewBucketURL(t) }},
-	} {
+	for _, tc := range networkBackends() {
 		t.Run(tc.name, func(t *testing.T) {
 			direct := tc.url(t)
 			up, err := toxitest.Upstream(direct)
@@ -49,6 +42,21 @@ func TestNetworkFaultsTimeoutsHold(t *testing.T) {
 			}
 			netFaults(t, s, l)
 		})
+	}
+}
+
+// backend is a network backend on its real test server: url starts one
+// and returns a new bucket's store URL.
+type backend struct {
+	name string
+	url  func(t *testing.T) string
+}
+
+func networkBackends() []backend {
+	return []backend{
+		{"s3", func(t *testing.T) string { return s3test.Start(t).NewBucketURL(t) }},
+		{"gs", func(t *testing.T) string { return gcstest.Start(t).NewBucketURL(t) }},
+		{"az", func(t *testing.T) string { return aztest.Start(t).NewBucketURL(t) }},
 	}
 }
 

@@ -101,7 +101,9 @@ type LaunchOptions struct {
 }
 
 // Launch starts versitygw on a free 127.0.0.1 port and waits until it
-// listens. The caller stops it with Stop.
+// listens. It keeps connections alive, as cloud stores do (versitygw's
+// default answers every request with Connection: close). The caller
+// stops it with Stop.
 func Launch(o LaunchOptions) (*Server, error) {
 	if o.Dir == "" {
 		return nil, errors.New("s3test.Launch: no data directory")
@@ -117,7 +119,7 @@ func Launch(o LaunchOptions) (*Server, error) {
 		o.AccessKey, o.SecretKey = AccessKey, SecretKey
 	}
 	p, err := testproc.Launch(testproc.Options{Name: "versitygw", Bin: o.Bin, Log: o.Log, Args: func(addr string) []string {
-		return []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--region", Region, "--port", addr, "--quiet", "posix", o.Dir}
+		return []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--region", Region, "--port", addr, "--quiet", "--keep-alive", "posix", o.Dir}
 	}})
 	if err != nil {
 		return nil, err

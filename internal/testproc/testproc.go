@@ -170,3 +170,14 @@ func Find(env, rel string) (string, error) {
 	}
 	return exec.LookPath(filepath.Base(rel))
 }
+
+// Pid is the running server's process id, 0 while it is stopped
+// (benchmarks read its CPU time with procstat).
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}

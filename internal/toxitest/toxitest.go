@@ -267,7 +267,12 @@ func (l *Link) Storm(bytesPerSec int64, latency, jitter time.Duration) error {
 // Via returns storeURL with its endpoint= pointed at the link, so that a
 // process given it reaches the store through the link. storeURL must name
 // its server by endpoint= (s3://, gs:// and az:// test URLs do).
-func (l *Link) Via(storeURL string) (string, error) {
+func (l *Link) Via(storeURL string) (string, error) { return Route(storeURL, l.Addr) }
+
+// Route is storeURL with its endpoint= sent to addr (host:port), its
+// scheme and path kept: how a test puts a proxy of its own in front of a
+// store.
+func Route(storeURL, addr string) (string, error) {
 	base, query, ok := strings.Cut(storeURL, "?")
 	if !ok {
 		return "", fmt.Errorf("toxitest: %s has no endpoint= to route through a link", storeURL)
@@ -280,7 +285,7 @@ func (l *Link) Via(storeURL string) (string, error) {
 	if err != nil || ep.Host == "" {
 		return "", fmt.Errorf("toxitest: %s has no endpoint= to route through a link", storeURL)
 	}
-	ep.Host = l.Addr
+	ep.Host = addr
 	q.Set("endpoint", ep.String())
 	return base + "?" + q.Encode(), nil
 }
