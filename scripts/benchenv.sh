@@ -12,7 +12,7 @@
 TOOLS=${LAKEFS_TOOLS:-$PWD/.tools}
 make -s build
 work=$(mktemp -d "/tmp/${BENCH_NAME:-bench}.XXXXXX")
-trap 'kill "$gw" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "${gw:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
 mkdir -p "$work/s3" "$work/file"
@@ -25,7 +25,21 @@ if [ "${TLS:-0}" = 1 ]; then
 	tls=(--cert "$work/cert.pem" --key "$work/key.pem")
 	export AWS_CA_BUNDLE=$work/cert.pem
 fi
-"${VERSITYGW:-$TOOLS/bin/versitygw}" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
+gwbin=${VERSITYGW:-$TOOLS/bin/versitygw}
+if [ ! -x "$gwbin" ]; then
+	echo "benchenv: no versitygw at $gwbin: run make tools, or set VERSITYGW to a built binary" >&2
+	exit 1
+fi
+"$gwbin" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
 	--port "127.0.0.1:$port" --quiet "${keep[@]}" "${tls[@]}" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
 gw=$!
-for _ in $(seq 50); do aws --endpoint-url "$scheme://127.0.0.1:$port" s3 mb s3://bench >/dev/null 2>&1 && break; sleep 0.2; done
+made=
+for _ in $(seq 50); do
+	aws --endpoint-url "$scheme://127.0.0.1:$port" s3 mb s3://bench >/dev/null 2>&1 && { made=1; break; }
+	sleep 0.2
+done
+if [ -z "$made" ]; then
+	echo "benchenv: versitygw ($gwbin) did not take a bucket on $scheme://127.0.0.1:$port in 10 s; its log:" >&2
+	cat "$work/versitygw.log" >&2
+	exit 1
+fi

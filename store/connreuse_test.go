@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/lakestream/lakestream/internal/toxitest"
 	"github.com/lakestream/lakestream/store"
 )
 
@@ -23,21 +22,12 @@ import (
 func TestReadsReuseOneConnection(t *testing.T) {
 	for _, tc := range networkBackends() {
 		t.Run(tc.name, func(t *testing.T) {
-			direct := tc.url(t)
-			up, err := toxitest.Upstream(direct)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := countingProxy(t, up)
-			via, err := toxitest.Route(direct, p.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			var p *proxy
+			s := tc.openVia(t, func(up string) string {
+				p = countingProxy(t, up)
+				return p.addr
+			})
 			ctx := t.Context()
-			s, err := store.Open(ctx, via)
-			if err != nil {
-				t.Fatal(err)
-			}
 			data := make([]byte, 4<<20)
 			_, _ = rand.Read(data)
 			if err := store.PutBytes(ctx, s, "pack", data); err != nil {

@@ -26,20 +26,11 @@ func TestNetworkFaultsTimeoutsHold(t *testing.T) {
 	tox := toxitest.Start(t)
 	for _, tc := range networkBackends() {
 		t.Run(tc.name, func(t *testing.T) {
-			direct := tc.url(t)
-			up, err := toxitest.Upstream(direct)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := tox.Link(t, tc.name, up)
-			via, err := l.Via(direct)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := store.Open(t.Context(), via)
-			if err != nil {
-				t.Fatal(err)
-			}
+			var l *toxitest.Link
+			s := tc.openVia(t, func(up string) string {
+				l = tox.Link(t, tc.name, up)
+				return l.Addr
+			})
 			netFaults(t, s, l)
 		})
 	}
@@ -58,6 +49,27 @@ func networkBackends() []backend {
 		{"gs", func(t *testing.T) string { return gcstest.Start(t).NewBucketURL(t) }},
 		{"az", func(t *testing.T) string { return aztest.Start(t).NewBucketURL(t) }},
 	}
+}
+
+// openVia starts the backend's server and opens a store on a new bucket
+// of it through the proxy that proxy puts in front of the server's
+// host:port and returns the address of.
+func (b backend) openVia(t *testing.T, proxy func(upstream string) string) store.Store {
+	t.Helper()
+	direct := b.url(t)
+	up, err := toxitest.Upstream(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	via, err := toxitest.Route(direct, proxy(up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Open(t.Context(), via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func netFaults(t *testing.T, s store.Store, l *toxitest.Link) {

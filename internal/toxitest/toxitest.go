@@ -275,7 +275,7 @@ func (l *Link) Via(storeURL string) (string, error) { return Route(storeURL, l.A
 func Route(storeURL, addr string) (string, error) {
 	base, query, ok := strings.Cut(storeURL, "?")
 	if !ok {
-		return "", fmt.Errorf("toxitest: %s has no endpoint= to route through a link", storeURL)
+		return "", fmt.Errorf("toxitest: %s has no endpoint= to route", storeURL)
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
@@ -283,7 +283,7 @@ func Route(storeURL, addr string) (string, error) {
 	}
 	ep, err := url.Parse(q.Get("endpoint"))
 	if err != nil || ep.Host == "" {
-		return "", fmt.Errorf("toxitest: %s has no endpoint= to route through a link", storeURL)
+		return "", fmt.Errorf("toxitest: %s has no endpoint= to route", storeURL)
 	}
 	ep.Host = addr
 	q.Set("endpoint", ep.String())
