@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lakestream/lakestream/txn"
 )
@@ -95,4 +97,52 @@ func TestDroppedJobCancelsUnwantedFill(t *testing.T) {
 	waitUntil(t, func() bool { return s.held.Load() == 1 })
 	stop()
 	waitUntil(t, func() bool { return s.held.Load() == 0 && files.Stats().Bytes == 0 })
+}
+
+// TestFillsInFlight: the prefetcher keeps one memory-file fill in flight
+// per rank being read, plus one: two for a single rank (a GET is under way
+// when another ends), five for four, however many files the window holds
+// (fills beyond those share the link and make every file later).
+func TestFillsInFlight(t *testing.T) {
+	s := &gateStore{countingStore: newCounting(), open: make(chan struct{})}
+	defer close(s.open)
+	// More prefetch GETs allowed than the fills may take.
+	c, err := New(Options{Store: s, ChunkSize: testChunk, Size: 1024 * testChunk, Fetchers: 16, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.UseFiles(FilesOptions{Budget: 512 * testChunk, MinSize: testChunk})
+	const nsteps, ranks = 8, 4
+	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{}}
+	for n := range int64(nsteps) {
+		st.extra[n] = map[int]*txn.Pack{}
+		for r := range ranks {
+			pk, _ := putFiles(t, s.countingStore, fmt.Sprintf("data/p/%d/%d/tgb.pack", n, r), 2*testChunk)
+			if r == 0 {
+				st.packs[n] = pk
+			} else {
+				st.extra[n][r] = pk
+			}
+		}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	p := c.NewPrefetcher(ctx, PrefetchOptions{Depth: nsteps - 1, Committed: st.committed, Pack: st.pack})
+	inFlight := func(want int64) {
+		t.Helper()
+		waitUntil(t, func() bool { return s.held.Load() >= want })
+		// The scheduler issues what it may as soon as it is kicked: a
+		// fill past the bound would be at the gate by now.
+		time.Sleep(50 * time.Millisecond)
+		if got := s.held.Load(); got != want {
+			t.Fatalf("%d fills in flight, want %d", got, want)
+		}
+	}
+	p.Touch(0, 0)
+	inFlight(2)
+	for r := 1; r < ranks; r++ {
+		p.Touch(0, r)
+	}
+	inFlight(ranks + 1)
 }

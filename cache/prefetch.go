@@ -22,20 +22,21 @@ type PrefetchOptions struct {
 	// none) of a committed step. It may fetch the step's index; it is
 	// called by the prefetcher's own goroutine, never under its lock.
 	Pack func(ctx context.Context, step int64, rank int) (*txn.Pack, error)
-	// FillsPerRank bounds the memfd fills in flight, per rank being read
-	// (default DefaultFillsPerRank).
+	// FillsPerRank bounds the memfd fills in flight, per rank being read;
+	// one more runs beside them (default DefaultFillsPerRank).
 	FillsPerRank int
 	Logger       *slog.Logger
 }
 
-// DefaultFillsPerRank: two files in flight per rank being read. Files
-// fetched side by side share the bandwidth and finish together, so a
-// reader waiting on them gets them in bursts (the per-file p95 grows with
-// the files in flight); one at a time leaves the link idle between GETs.
-// bench read on versitygw, median of 3, with 1 / 2 / 4 in flight: 1 reader
-// 0.95x / 1.13x / 1.30x direct's MB/s, p95 1.27x / 1.76x / 1.61x; 4
-// readers 0.81x / 0.91x / 0.79x, p95 1.55x / 1.76x / 2.34x.
-const DefaultFillsPerRank = 2
+// DefaultFillsPerRank: the memfd fills in flight are one per rank being
+// read, plus one. Files fetched side by side share the link and finish
+// together, so each fill beyond what keeps the link busy makes every file
+// arrive later (a reader waiting on them gets them in bursts: the per-file
+// p95 grows) for no more bytes a second; the one more has a GET under way
+// when another ends, so the link does not idle between them. bench read,
+// 4 MiB files, 4 readers, against two per rank: p95 0.70x-0.87x over HTTP
+// and TLS, MB/s within the spread between passes (docs/bench/READPATH.md).
+const DefaultFillsPerRank = 1
 
 // Prefetcher fetches, for the ranks this node's readers open, the step a
 // reader touches and the P steps after it into the cache, nearest step
@@ -317,7 +318,7 @@ func (p *Prefetcher) next() (work, bool) {
 				}
 				return work{}, false // room given back wakes the scheduler
 			}
-			if p.filling.Load() >= int64(p.perRank*max(1, len(p.activeRanksLocked()))) {
+			if p.filling.Load() >= int64(p.perRank*len(p.activeRanksLocked())+1) {
 				return work{}, false // a fill's end kicks the scheduler
 			}
 			from := best.fi[best.pi]

@@ -90,7 +90,7 @@ type Options struct {
 	// Fetchers bounds concurrent prefetch GETs.
 	Fetchers int
 	// FillsPerRank bounds the passthrough files fetched at once per rank
-	// being read (0: cache.DefaultFillsPerRank).
+	// being read; one more runs beside them (0: cache.DefaultFillsPerRank).
 	FillsPerRank int
 	// Passthrough is PassthroughAuto (""), PassthroughOn or
 	// PassthroughOff: whether whole files are served from memfds the

@@ -97,7 +97,7 @@ func OptionTable() []Option {
 		zeroIsDefault(intOption("fetchers", strconv.Itoa(cache.DefaultFetchers), false, func(o *Options) *int { return &o.Fetchers },
 			"concurrent prefetch GETs")),
 		hidden(zeroIsDefault(intOption("fills-per-rank", strconv.Itoa(cache.DefaultFillsPerRank), false, func(o *Options) *int { return &o.FillsPerRank },
-			"passthrough files fetched at once per rank being read (benchmarks)"))),
+			"passthrough files fetched at once per rank being read, plus one in all (benchmarks)"))),
 		hidden(durationOption("store-retry", DefaultStoreRetry, false, func(o *Options) *time.Duration { return &o.StoreRetry },
 			"how long a read waits out transient store errors (refused or reset connections, timeouts, 5xx, throttling) before it fails with EIO")),
 		hidden(durationOption("store-latency", 0, false, func(o *Options) *time.Duration { return &o.StoreLatency },
