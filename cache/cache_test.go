@@ -263,6 +263,26 @@ type steps struct {
 	extra map[int64]map[int]*txn.Pack // ranks other than 0, if any
 }
 
+// add makes pk rank r's pack of step n.
+func (st *steps) add(n int64, r int, pk *txn.Pack) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if r == 0 {
+		if st.packs == nil {
+			st.packs = map[int64]*txn.Pack{}
+		}
+		st.packs[n] = pk
+		return
+	}
+	if st.extra == nil {
+		st.extra = map[int64]map[int]*txn.Pack{}
+	}
+	if st.extra[n] == nil {
+		st.extra[n] = map[int]*txn.Pack{}
+	}
+	st.extra[n][r] = pk
+}
+
 func (st *steps) committed(n int64) bool {
 	_, ok := st.get(n)
 	return ok

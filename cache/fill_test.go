@@ -114,16 +114,11 @@ func TestFillsInFlight(t *testing.T) {
 	defer c.Close()
 	c.UseFiles(FilesOptions{Budget: 512 * testChunk, MinSize: testChunk})
 	const nsteps, ranks = 8, 4
-	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{}}
+	st := &steps{}
 	for n := range int64(nsteps) {
-		st.extra[n] = map[int]*txn.Pack{}
 		for r := range ranks {
 			pk, _ := putFiles(t, s.countingStore, fmt.Sprintf("data/p/%d/%d/tgb.pack", n, r), 2*testChunk)
-			if r == 0 {
-				st.packs[n] = pk
-			} else {
-				st.extra[n][r] = pk
-			}
+			st.add(n, r, pk)
 		}
 	}
 	ctx, stop := context.WithCancel(context.Background())

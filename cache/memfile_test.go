@@ -233,21 +233,15 @@ func TestPrefetchAdjacentRanksOneGet(t *testing.T) {
 	s := newCounting()
 	c := newTestCache(t, s, 256*testChunk)
 	const ranks, region, nsteps = 8, 1000, 4
-	st := &steps{packs: map[int64]*txn.Pack{}, extra: map[int64]map[int]*txn.Pack{}}
+	st := &steps{}
 	data := map[int64][]byte{}
 	for n := range int64(nsteps) {
 		obj, b := putPack(t, s, fmt.Sprintf("data/p/1/%d/tgb.pack", n), ranks*region, uint64(n))
 		data[n] = b
-		st.extra[n] = map[int]*txn.Pack{}
 		for r := range ranks {
 			rb := b[r*region : (r+1)*region]
-			pk := &txn.Pack{Key: obj.Key, Off: int64(r * region), Size: region, Chunks: []uint32{txn.CRC32C(rb)},
-				Files: []txn.File{{Name: "f", Size: region, CRC: txn.CRC32C(rb)}}}
-			if r == 0 {
-				st.packs[n] = pk
-			} else {
-				st.extra[n][r] = pk
-			}
+			st.add(n, r, &txn.Pack{Key: obj.Key, Off: int64(r * region), Size: region, Chunks: []uint32{txn.CRC32C(rb)},
+				Files: []txn.File{{Name: "f", Size: region, CRC: txn.CRC32C(rb)}}})
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
