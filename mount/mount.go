@@ -259,6 +259,8 @@ func (o *Options) validate() error {
 		return flagval.Usagef("--store-retry %s is negative", o.StoreRetry)
 	case o.Fetchers < 0:
 		return flagval.Usagef("--fetchers %d is negative; use at least 1", o.Fetchers)
+	case o.FillsPerRank < 0:
+		return flagval.Usagef("--fills-per-rank %d is negative; use at least 1", o.FillsPerRank)
 	case o.CacheSize < 0 || o.CacheSize > flagval.MaxSize:
 		return flagval.Usagef("--cache-size %d is out of range; use %s to %s", o.CacheSize, flagval.FormatSize(MinCacheSize), flagval.FormatSize(flagval.MaxSize))
 	case o.CacheSize > 0 && o.CacheSize > machineMemory():

@@ -65,6 +65,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"--read-ahead 0 /mnt":                              "--read-ahead 0 is out of range; use 4KiB to 1GiB",
 		"--cache-size 2x /mnt":                             `--cache-size "2x" is not a size`,
 		"--store file:///nowhere --prefetch-steps -1 /mnt": "--prefetch-steps -1 is negative",
+		"--store file:///nowhere --fetchers -3 /mnt":       "--fetchers -3 is negative; use at least 1",
+		"--store file:///nowhere --fills-per-rank -1 /mnt": "--fills-per-rank -1 is negative; use at least 1",
 		"--store file:///s":                                "want exactly one argument, the mount point, got 0",
 		// Issue 32 item 8: decimal only, as lakefs-produce.
 		"--store file:///s --prefetch-steps 0x3 /mnt": `--prefetch-steps "0x3" is not a decimal whole number`,
