@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,6 +238,7 @@ type runner struct {
 	fenceAt     time.Time // the last idle check for a newer incarnation
 	consumers   []txn.Heartbeat
 	consumersAt time.Time
+	clockWarned bool // said that heartbeats are not aged while the clock is unmeasured
 }
 
 type cleanupJob struct {
@@ -555,7 +557,18 @@ func (r *runner) holdBack(ctx context.Context) error {
 			return err
 		}
 		// Heartbeats are aged by the store's clock (the log's), as gc does.
-		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), r.ConsumerTimeout)
+		// Unmeasured, it could make a live consumer look dead (a machine an
+		// hour ahead): every heartbeat then holds, stale or not, until the
+		// clock is measured (store.Clock.Keep retries it).
+		stale := r.ConsumerTimeout
+		if err := r.Log.ClockErr(); err != nil {
+			stale = math.MaxInt64
+			if !r.clockWarned {
+				r.Logger.Warn("back-pressure counts every consumer's heartbeat as live until the store's clock is measured", "err", err)
+				r.clockWarned = true
+			}
+		}
+		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), stale)
 		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
 		if !ok || lead <= r.MaxLead {

@@ -45,6 +45,16 @@ const ClockResync = 10 * time.Minute
 // offset would be uncertain by as much); the last offset stays.
 const maxClockWrite = 5 * time.Second
 
+// unmeasuredRetry is how soon Keep tries again while the clock has never
+// been measured: every age-based decision waits for it (Clock.Unmeasured),
+// so it is retried well before ClockResync.
+const unmeasuredRetry = 30 * time.Second
+
+// ErrClockUnmeasured: the store's clock has not been measured yet, so
+// this process cannot tell how old anything is. No decision by age (a
+// consumer's liveness, a grace period, a retention) may be taken on it.
+var ErrClockUnmeasured = errors.New("the store's clock is not measured")
+
 // Clock reads the store's time: Now is the local clock plus the offset
 // measured by the last successful Measure (0 before one). It is safe for
 // concurrent use. The zero value is not usable; use NewClock.
@@ -55,6 +65,7 @@ type Clock struct {
 
 	offset   atomic.Int64 // nanoseconds, added to local
 	measured atomic.Bool
+	lastErr  atomic.Pointer[error] // the last failed measurement's cause, while unmeasured
 }
 
 // NewClock returns a clock of s's time, unmeasured (offset 0). local is
@@ -81,19 +92,40 @@ func (c *Clock) Offset() (time.Duration, bool) {
 	return time.Duration(c.offset.Load()), c.measured.Load()
 }
 
+// Unmeasured returns nil once a measurement succeeded, and before that
+// an error wrapping ErrClockUnmeasured and the last measurement's cause.
+// Every decision by age asks it first and refuses or waits on an error.
+func (c *Clock) Unmeasured() error {
+	if c.measured.Load() {
+		return nil
+	}
+	if p := c.lastErr.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrClockUnmeasured, *p)
+	}
+	return fmt.Errorf("%w: no measurement made yet", ErrClockUnmeasured)
+}
+
 // Measure writes a probe object under ProbePrefix, reads its
 // Last-Modified and sets the offset from it; the probe is deleted (gc
 // sweeps one whose delete failed). On failure the offset stays what it
-// was, and the failure is returned and logged at debug level.
+// was and the failure is returned: logged at warn level while the clock
+// was never measured (decisions by age wait for it), else at debug level
+// (the last offset is still good to a drift of milliseconds).
 func (c *Clock) Measure(ctx context.Context) error {
 	off, took, err := c.probe(ctx)
 	if err != nil {
 		before, measured := c.Offset()
-		c.log.Debug("could not measure the store's clock; keeping the offset", "offset", before, "measured_before", measured, "err", err)
+		if measured {
+			c.log.Debug("could not measure the store's clock; keeping the offset", "offset", before, "err", err)
+		} else if ctx.Err() == nil {
+			c.lastErr.Store(&err)
+			c.log.Warn("could not measure the store's clock; nothing is judged by age (gc, consumer liveness) until it is", "err", err)
+		}
 		return err
 	}
 	c.offset.Store(int64(off))
 	c.measured.Store(true)
+	c.lastErr.Store(nil)
 	c.log.Debug("measured the store's clock", "offset", off, "write_took", took)
 	return nil
 }
@@ -126,16 +158,21 @@ func (c *Clock) probe(ctx context.Context) (time.Duration, time.Duration, error)
 	return info.ModTime.Sub(end), took, nil
 }
 
-// Keep measures the offset every ClockResync until ctx ends. A failed
-// measurement keeps the last offset. ok, if not nil, is asked first each
-// time; false skips that measurement (a mount whose stream was deleted:
-// a probe would bring its directory back on a file store).
+// Keep measures the offset every ClockResync until ctx ends, and every
+// unmeasuredRetry while it has never been measured. A failed measurement
+// keeps the last offset. ok, if not nil, is asked first each time; false
+// skips that measurement (a mount whose stream was deleted: a probe would
+// bring its directory back on a file store).
 func (c *Clock) Keep(ctx context.Context, ok func(context.Context) bool) {
-	t := time.NewTicker(ClockResync)
-	defer t.Stop()
 	for {
+		wait := ClockResync
+		if !c.measured.Load() {
+			wait = unmeasuredRetry
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 			if ok == nil || ok(ctx) {

@@ -83,6 +83,27 @@ func TestClockReadsStoreTime(t *testing.T) {
 			t.Fatalf("after a failed measurement: offset %s (measured %v), want %s kept", off, ok, was)
 		}
 	})
+	t.Run("unmeasured until a measurement succeeds", func(t *testing.T) {
+		f := store.NewFaulty(store.NewMemClock(storeAhead), 1)
+		clk := store.NewClock(f, local, nil)
+		if err := clk.Unmeasured(); !errors.Is(err, store.ErrClockUnmeasured) {
+			t.Fatalf("a new clock: %v, want ErrClockUnmeasured", err)
+		}
+		f.Set(store.Fault{ErrRate: 1}, store.OpPut)
+		_ = clk.Measure(ctx)
+		if err := clk.Unmeasured(); !errors.Is(err, store.ErrClockUnmeasured) || !errors.Is(err, store.ErrInjected) {
+			t.Fatalf("after a failed measurement: %v, want ErrClockUnmeasured naming the probe's failure", err)
+		}
+		f.Set(store.Fault{}, store.OpPut)
+		if err := clk.Measure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.Set(store.Fault{ErrRate: 1}, store.OpPut)
+		_ = clk.Measure(ctx)
+		if err := clk.Unmeasured(); err != nil {
+			t.Fatalf("a failure after a measurement: %v; the last offset stays good", err)
+		}
+	})
 	t.Run("file", func(t *testing.T) {
 		s, err := store.Open(ctx, "file://"+t.TempDir())
 		if err != nil {

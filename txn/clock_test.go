@@ -2,7 +2,9 @@ package txn_test
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,4 +151,61 @@ func TestGCClockSkewGrace(t *testing.T) {
 	w.advance(4 * time.Minute)
 	check("two minutes after it", nil, nil, nil, true)
 	gcCheck(t, l)
+}
+
+// TestGCRefusesUnmeasuredClock (issue 55 item 2): a gc on a machine an
+// hour ahead whose store clock could not be measured (its probe write
+// fails) reclaims nothing and deletes nothing: by its own clock a consumer
+// that heartbeated a second ago at step 1 looks an hour dead. It says why
+// (store.ErrClockUnmeasured, the probe's cause), and status says its
+// consumers' liveness is by this machine's clock. Once the clock is
+// measured, gc holds at the live consumer's step. Before, it reclaimed
+// below step 5 under the reader, exit 0, with the record stamped an hour
+// in the future.
+func TestGCRefusesUnmeasuredClock(t *testing.T) {
+	ctx := t.Context()
+	w := &skewWorld{}
+	mem := store.NewMemClock(w.clock(0))
+	l := newLog(t, mem, txn.CreateOptions{Ranks: 1, RetainCheckpoints: 1})
+	gcProduce(t, l, "p", 8)
+	gcCheckpoints(t, l, 4) // allows reclaiming below 5
+	beatAt(t, mem, "reader", 1, w.clock(0))
+
+	faulty := store.NewFaulty(mem, 1)
+	faulty.Set(store.Fault{ErrRate: 1}, store.OpPut) // the probe write fails; nothing else
+	ahead := &txn.Log{Store: faulty, Config: l.Config}
+	clk := ahead.UseStoreClock(ctx, time.Hour, quietLogger())
+	before := txntest.Load(t, l).Version
+
+	for _, dry := range []bool{true, false} {
+		rep, err := txn.GC(ctx, ahead, txn.GCOptions{Grace: gcGrace, DryRun: dry, Logger: quietLogger()})
+		if !errors.Is(err, store.ErrClockUnmeasured) || !errors.Is(err, store.ErrInjected) || rep != nil {
+			t.Fatalf("gc (dry run %v) by an unmeasured clock: report %v, err %v; want a refusal naming the probe's failure", dry, rep, err)
+		}
+	}
+	if st := txntest.Load(t, l); st.LiveFrom != 0 || st.Version != before {
+		t.Fatalf("live from %d, version %d after a refused gc; want 0 and %d", st.LiveFrom, st.Version, before)
+	}
+	rep, err := txn.StreamStatus(ctx, ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.ClockUnmeasured, "injected") {
+		t.Fatalf("status's clock_unmeasured %q does not say why", rep.ClockUnmeasured)
+	}
+
+	faulty.Set(store.Fault{}, store.OpPut)
+	if err := clk.Measure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep2, err := txn.GC(ctx, ahead, txn.GCOptions{Grace: gcGrace, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.ReclaimedBelow != 1 || len(rep2.HeldBy) != 1 || rep2.HeldBy[0].Node != "reader" {
+		t.Fatalf("measured gc reclaimed below %d, held by %v; want below 1, held by the reader", rep2.ReclaimedBelow, rep2.HeldBy)
+	}
+	if rep, _ := txn.StreamStatus(ctx, ahead); rep.ClockUnmeasured != "" {
+		t.Fatalf("status still says the clock is unmeasured: %s", rep.ClockUnmeasured)
+	}
 }

@@ -35,10 +35,26 @@ type Log struct {
 	// clock unmeasured. Commands set it from a measured store.Clock;
 	// tests move it.
 	Now func() time.Time
+
+	// clock is the measured clock behind Now, set by UseStoreClock; nil
+	// when the caller set Now itself (tests) or left it nil.
+	clock *store.Clock
 }
 
 // StoreTime is the log's clock: Now, else time.Now.
 func (l *Log) StoreTime() time.Time { return l.now() }
+
+// ClockErr is nil when the log's clock may judge ages, and an error
+// wrapping store.ErrClockUnmeasured (with the measurement's cause) while
+// the store clock UseStoreClock installed has not been measured: gc,
+// consumer liveness and back-pressure then refuse or wait rather than
+// trust this machine's clock. A Log whose Now was set directly is trusted.
+func (l *Log) ClockErr() error {
+	if l.clock == nil {
+		return nil
+	}
+	return l.clock.Unmeasured()
+}
 
 // UseStoreClock makes the store's clock the log's (Now): a store.Clock
 // over this machine's clock moved by skew (0 but in tests: a machine whose
@@ -52,7 +68,7 @@ func (l *Log) UseStoreClock(ctx context.Context, skew time.Duration, log *slog.L
 	}
 	c := store.NewClock(l.Store, local, log)
 	_ = c.Measure(ctx) // logged
-	l.Now = c.Now
+	l.Now, l.clock = c.Now, c
 	return c
 }
 

@@ -37,6 +37,10 @@ type StatusReport struct {
 	// GCHeldBy are the live consumers below ReclaimTarget: gc reclaims only
 	// below the slowest of them unless forced.
 	GCHeldBy []ConsumerHold `json:"gc_held_by"`
+	// ClockUnmeasured says why the store's clock could not be measured
+	// (empty when it was): consumers' liveness, Lead and GCHeldBy are then
+	// judged by this machine's clock, which nothing reclaims by.
+	ClockUnmeasured string `json:"clock_unmeasured,omitempty"`
 }
 
 // LeadReport is the producers' lead over the slowest reader.
@@ -100,6 +104,9 @@ func StreamStatus(ctx context.Context, l *Log) (*StatusReport, error) {
 		RetainCheckpoints: st.Config.RetainCheckpoints,
 		Producers:         []ProducerReport{},
 		Consumers:         []ConsumerReport{},
+	}
+	if err := l.ClockErr(); err != nil {
+		r.ClockUnmeasured = err.Error()
 	}
 	if !st.Time.IsZero() {
 		t := st.Time

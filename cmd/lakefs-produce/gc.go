@@ -75,12 +75,17 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Every age gc judges (heartbeats, the grace period, the log
-	// retention) is by the store's clock.
-	clock := l.UseStoreClock(ctx, o.ClockOffset, newLogger(stderr, false))
+	// retention) is by the store's clock; txn.GC refuses to run by an
+	// unmeasured one, and its error is the one line said. A probe write
+	// slower than the bound may be a moment's: try twice more.
+	clock := l.UseStoreClock(ctx, o.ClockOffset, slog.New(slog.DiscardHandler))
+	for i := 0; i < 2 && clock.Unmeasured() != nil && ctx.Err() == nil; i++ {
+		_ = clock.Measure(ctx) // its failure is ClockErr's
+	}
 	// The report below says everything; gc's own log lines would be a
 	// second, unstructured copy of it.
 	prog := newTaskProgress(stderr, "gc:")
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Logger: slog.New(slog.DiscardHandler),
 		ConsumerTimeout: o.ConsumerTimeout, Progress: prog.phase})
 	prog.finish()
 	if err != nil && rep != nil && ctx.Err() != nil {

@@ -50,7 +50,7 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	}
 	// Which consumers are live, and whether gc is held, is judged by the
 	// store's clock. Measuring it writes (and deletes) one probe object;
-	// without write access status goes by this machine's clock.
+	// without write access status goes by this machine's clock and says so.
 	l.UseStoreClock(ctx, o.ClockOffset, slog.New(slog.DiscardHandler))
 	r, err := txn.StreamStatus(ctx, l)
 	if err != nil {
@@ -96,6 +96,9 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 			}
 		}
 		fmt.Fprintf(w, "lead\t%d steps ahead of %s %s (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, at)
+	}
+	if r.ClockUnmeasured != "" {
+		fmt.Fprintf(w, "clock	not measured (%s): consumers' liveness below is by this machine's clock; gc reclaims nothing until the store's clock is measured\n", r.ClockUnmeasured)
 	}
 	w.Flush()
 	fmt.Fprintln(stdout)
