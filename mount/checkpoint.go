@@ -211,8 +211,13 @@ func (m *mounted) watchCheckpoints(ctx context.Context) {
 				}
 				continue
 			}
+			if m.replaced.Load() != nil {
+				break // the stream at the URL is not this mount's: nothing of its goes there
+			}
 			_, err := txn.RecordCheckpoint(ctx, m.txlog, step, m.log)
 			switch {
+			case errors.Is(err, txn.ErrStreamReplaced):
+				m.markReplaced(err)
 			case err == nil:
 				m.log.Info("checkpoint recorded", "step", step, "format", c.Format, "dir", dir)
 				recorded, lastErr = step, ""

@@ -109,6 +109,10 @@ func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) s
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return lastErr
+	case errors.Is(err, txn.ErrStreamReplaced):
+		m.heartbeatFailures.Add(1)
+		m.src.heartbeat.Answered() // the store answered; markReplaced said it
+		return lastErr
 	case errors.Is(err, errStreamGone):
 		m.heartbeatFailures.Add(1)
 		m.src.heartbeat.Answered() // the store answered
@@ -129,30 +133,41 @@ func (m *mounted) logHeartbeat(ctx context.Context, err error, lastErr string) s
 	return ""
 }
 
-// streamThere reports whether the store still holds the stream's
-// _stream.json: writes of this mount's own (the heartbeat, the clock's
-// probe) would otherwise bring back (file://) directories someone deleted.
+// streamThere reports whether the store still holds this mount's stream:
+// writes of this mount's own (the heartbeat, the clock's probe) would
+// otherwise bring back (file://) directories someone deleted, or land in
+// the stream that replaced it.
 func (m *mounted) streamThere(ctx context.Context) bool {
+	if m.replaced.Load() != nil {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := m.store.Stat(ctx, txn.StreamKey)
-	return err == nil
+	return m.txlog.CheckIdentity(ctx) == nil
 }
 
 // errStreamGone: the store no longer holds the stream's _stream.json.
 var errStreamGone = errors.New("the stream's " + txn.StreamKey + " is missing")
 
 // writeHeartbeat writes the heartbeat once, unless the stream is gone from
-// the store: writing it then would bring back (file://) the directories
-// someone deleted, a stream root holding nothing but _consumers/.
+// the store or replaced by another: writing it then would bring back
+// (file://) the directories someone deleted, a stream root holding nothing
+// but _consumers/, or report this node to another stream's gc. A
+// replacement is recorded for good (markReplaced).
 func (m *mounted) writeHeartbeat(ctx context.Context) error {
+	if err := m.replaced.Load(); err != nil {
+		return fmt.Errorf("%w: not writing %s", *err, txn.HeartbeatKey(m.opts.NodeID))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := m.store.Stat(ctx, txn.StreamKey)
-	m.streamGone.Store(errors.Is(err, store.ErrNotFound))
+	err := m.txlog.CheckIdentity(ctx)
+	m.streamGone.Store(errors.Is(err, txn.ErrStreamGone))
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, txn.ErrStreamGone):
 		return fmt.Errorf("%w: not writing %s", errStreamGone, txn.HeartbeatKey(m.opts.NodeID))
+	case errors.Is(err, txn.ErrStreamReplaced):
+		m.markReplaced(err)
+		return fmt.Errorf("%w: not writing %s", err, txn.HeartbeatKey(m.opts.NodeID))
 	case err != nil:
 		return fmt.Errorf("checking the stream is still there: %w", err)
 	}

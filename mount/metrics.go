@@ -126,6 +126,9 @@ func (x *metrics) registerDegraded(src sources) {
 // health says what is wrong with the mount, "" when nothing is.
 func (m *mounted) health() string {
 	var why []string
+	if err := m.replaced.Load(); err != nil {
+		why = append(why, fmt.Sprintf("stream replaced; remount (%v)", *err))
+	}
 	if m.streamGone.Load() {
 		why = append(why, "the stream's "+txn.StreamKey+" is gone from the store (deleted?); serving the last good state")
 	}

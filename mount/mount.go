@@ -638,9 +638,11 @@ type mounted struct {
 	lastRead atomic.Int64 // unix nanoseconds of the latest read
 	polls    atomic.Int64 // refreshes of the manifest log
 
-	// Health (/health): the stream gone from the store, store calls
+	// Health (/health): the stream gone from the store, replaced by
+	// another at its URL (for good: set once, never cleared), store calls
 	// failing (by source).
 	streamGone        atomic.Bool
+	replaced          atomic.Pointer[error]
 	src               sources
 	heartbeatFailures atomic.Int64
 }
@@ -728,6 +730,11 @@ func (m *mounted) tail(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
+		case errors.Is(err, txn.ErrStreamReplaced):
+			// The view never takes a version of the stream now at the URL:
+			// it would mix two streams' steps. It stays what it was.
+			m.markReplaced(err)
+			return
 		case err != nil:
 			// The view stays as it is: losing the store stalls, it never
 			// corrupts. The source logs the outage once.
@@ -739,6 +746,16 @@ func (m *mounted) tail(ctx context.Context) {
 		}
 		at, notBefore = m.schedule(f, last, fails)
 		timer.Reset(time.Until(at))
+	}
+}
+
+// markReplaced records, once, that another stream replaced this mount's
+// at its URL: the mount is degraded for good (remounting follows the new
+// stream), stops extending its view and writes nothing more to the store.
+func (m *mounted) markReplaced(err error) {
+	if m.replaced.CompareAndSwap(nil, &err) {
+		m.log.Error("the stream was replaced by another at the store URL; serving the old stream's last good state, extending it no more, writing no heartbeat; remount to follow the new stream",
+			"store", store.Redact(m.opts.Store), "err", err)
 	}
 }
 

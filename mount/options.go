@@ -116,14 +116,25 @@ func OptionTable() []Option {
 func hidden(op Option) Option { op.Hidden = true; return op }
 
 // zeroIsDefault: a zero value in Options means the default, so Args
-// leaves it out.
+// leaves it out, and a 0 given by the user (a flag or a CSI attribute) is
+// refused: it would silently mean the default (16 fetchers), where a 0
+// elsewhere means off or is refused.
 func zeroIsDefault(op Option) Option {
-	get := op.get
+	get, set := op.get, op.set
 	op.get = func(o *Options) string {
 		if v := get(o); v != "0" {
 			return v
 		}
 		return ""
+	}
+	op.set = func(o *Options, flag, v string) error {
+		if err := set(o, flag, v); err != nil {
+			return err
+		}
+		if get(o) == "0" {
+			return flagval.Usagef("%s 0 is out of range; use at least 1 (the default is %s)", flag, op.Default)
+		}
+		return nil
 	}
 	return op
 }

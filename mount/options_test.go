@@ -68,6 +68,7 @@ func TestParseAttributes(t *testing.T) {
 		"read-ahead=lots":       `--read-ahead "lots" is not a size; use a value like 256MiB or 2GiB (4KiB to 1GiB)`,
 		"ranks=3-1":             `--ranks "3-1" has "3-1", not a range low-high; use a list like 0-3,8`,
 		"prefetch-steps=-1":     "--prefetch-steps -1 is negative; use 0 to disable prefetching",
+		"fetchers=0":            "--fetchers 0 is out of range; use at least 1 (the default is 16)",
 		"node-id=a/b":           `--node-id: node id "a/b" must be 1-128 characters of [A-Za-z0-9._-]`,
 		"wait=soon":             `--wait "soon" is not a duration; use a value like 500ms, 10s or 5m`,
 		"cache_size=1GiB":       `unknown volume attribute "cache_size"`,

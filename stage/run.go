@@ -301,22 +301,31 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 // fenceCheckEvery is how often an idle run (nothing staged) reads the log
-// to learn whether a newer incarnation took its id over: one incremental
-// refresh per producer every so often.
+// to learn whether a newer incarnation took its id over, and _stream.json
+// whether its stream is still there: one incremental refresh and one GET
+// per producer every so often.
 const fenceCheckEvery = 10 * time.Second
 
 // idleFenceCheck returns ErrFenced when a newer incarnation of this
 // producer registered while it had nothing to commit: its committer,
 // idle, would never learn it, and it would hold the staging directory's
 // lock from the next incarnation for as long as nothing is staged (a
-// rescheduled pod's old incarnation, its partition healed). A store that
-// cannot be read is not a fence: the next check tries again.
+// rescheduled pod's old incarnation, its partition healed). Likewise it
+// returns txn.ErrStreamGone or ErrStreamReplaced when the stream was
+// deleted (and perhaps created again) at its URL. A store that cannot be
+// read is not a fence: the next check tries again.
 func (r *runner) idleFenceCheck(ctx context.Context) error {
 	if time.Since(r.fenceAt) < fenceCheckEvery {
 		return nil
 	}
 	r.fenceAt = time.Now()
-	if r.refreshLog(ctx) != nil {
+	if err := r.Log.CheckIdentity(ctx); txn.StreamChanged(err) {
+		return err
+	}
+	if err := r.refreshLog(ctx); err != nil {
+		if txn.StreamChanged(err) {
+			return err
+		}
 		return nil
 	}
 	return r.p.FencedIn(r.leadState)
@@ -528,7 +537,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 	var wait time.Duration
 	for {
 		err := r.refreshLead(ctx)
-		if errors.Is(err, txn.ErrCorrupt) {
+		if txn.Permanent(err) {
 			return err
 		}
 		if err != nil {

@@ -69,6 +69,8 @@ type announcement struct {
 	Cursor   string `json:"cursor,omitempty"`
 	// Nonce is random per Append: a producer whose create had an unknown
 	// outcome and then found the key taken knows the object as its own.
+	// It begins with the stream's id and a '-' (uploadNonce): an object a
+	// producer of a deleted stream left at the key is known by it.
 	Nonce    string `json:"nonce"`
 	Data     int64  `json:"data"`
 	Table    int64  `json:"table"`
@@ -94,6 +96,23 @@ func (a *announcement) encodeFooter() []byte {
 // ErrNotAnnounced: no TGB object at a producer's next seq (yet).
 var ErrNotAnnounced = errors.New("no TGB announced at this seq")
 
+// errLeftoverUpload: the object at a producer's seq was uploaded by a
+// producer of a stream deleted from this URL (identity.go). Nothing of
+// this stream's is announced there: committers skip it, and the producer
+// whose key it holds deletes it and uploads its own.
+var errLeftoverUpload = fmt.Errorf("a deleted stream's upload: %w", ErrNotAnnounced)
+
+// uploadNonce is a new Append's nonce: the stream's id, '-', 16 random hex
+// digits.
+func (l *Log) uploadNonce() string { return l.Config.StreamID + "-" + randomID() }
+
+// nonceStream is the stream id a nonce begins with; ok is false for the
+// bare random nonces of builds before uploadNonce.
+func nonceStream(nonce string) (string, bool) {
+	id, _, ok := strings.Cut(nonce, "-")
+	return id, ok
+}
+
 // readAnnouncement reads the TGB a producer announced at (epoch, seq): its
 // log entry without step and time, and the nonce of the Append that wrote
 // it. A missing object is ErrNotAnnounced; one whose description does not
@@ -111,6 +130,12 @@ func (l *Log) readAnnouncement(ctx context.Context, producer string, epoch, seq 
 	t, nonce, err := l.decodeFooter(ctx, key, tail, size)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %s: %v", ErrCorrupt, key, err)
+	}
+	if id, ok := nonceStream(nonce); ok && id != l.Config.StreamID {
+		if err := l.CheckIdentity(ctx); err != nil {
+			return nil, "", err
+		}
+		return nil, "", fmt.Errorf("%s: an upload of stream %s, deleted from this URL: %w", key, id, errLeftoverUpload)
 	}
 	if t.Producer != producer || t.Epoch != epoch || t.Seq != seq {
 		return nil, "", fmt.Errorf("%w: %s describes %s/%d/%d", ErrCorrupt, key, t.Producer, t.Epoch, t.Seq)

@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +89,7 @@ type committer struct {
 	roundAt   time.Time  // when this committer's last round began
 	lostHelps int        // races lost by helping since this committer last created a version
 	errs      *retryWait // between failed version reads; nil after a success
+	confirmed uint64     // the newest version read or created before _stream.json last named this stream
 
 	depth  map[string]depth    // tail reads per producer per round
 	active map[string]activity // what a producer's state was, and since when
@@ -279,7 +281,9 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		if n > 0 {
-			c.saw(time.Now(), nil)
+			if err := c.saw(ctx, time.Now(), nil); err != nil {
+				return true, err
+			}
 		}
 		return n > 0, nil
 	}
@@ -297,7 +301,7 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 			c.errs.done()
 			st.seenHead, c.errs = checked, nil
 			return moved, nil
-		case errors.Is(err, ErrCorrupt) || ctx.Err() != nil:
+		case Permanent(err) || ctx.Err() != nil:
 			return moved, err
 		case err != nil:
 			if c.errs == nil {
@@ -316,7 +320,9 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 		behind := start.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
 		// seenAt is when the read was sent: what this committer knows of
 		// when the version landed, so its polls do not drift later.
-		c.saw(start, nil)
+		if err := c.saw(ctx, start, nil); err != nil {
+			return true, err
+		}
 		c.p.missed(v.Time)
 		moved = true
 		if !behind {
@@ -337,8 +343,7 @@ func (c *committer) round(ctx context.Context) error {
 		// holds (an interrupted upload another committer committed, queued
 		// again by resolveLimbo) completes here: no new version will.
 		c.leading = false
-		c.saw(time.Now(), nil)
-		return nil
+		return c.saw(ctx, time.Now(), nil)
 	}
 	c.attempts++
 	start := time.Now()
@@ -353,8 +358,7 @@ func (c *committer) round(ctx context.Context) error {
 			c.lostHelps++
 		}
 		c.leading = false
-		c.saw(now, nil)
-		return nil
+		return c.saw(ctx, now, nil)
 	}
 	c.rtt.add(now.Sub(start), 0.2)
 	c.leading, c.created, c.lostHelps = true, v.Version, 0
@@ -362,8 +366,7 @@ func (c *committer) round(ctx context.Context) error {
 	// The snapshot before the TGBs complete: a producer closed as soon as
 	// its last TGB completes stops this goroutine.
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
-	c.saw(now, v)
-	return nil
+	return c.saw(ctx, now, v)
 }
 
 // commitSolo commits the producer's own queue alone (format 2 streams,
@@ -371,8 +374,7 @@ func (c *committer) round(ctx context.Context) error {
 func (c *committer) commitSolo(ctx context.Context) error {
 	v, err := c.build(ctx)
 	if err != nil || v == nil {
-		c.saw(time.Now(), nil)
-		return err
+		return cmp.Or(err, c.saw(ctx, time.Now(), nil))
 	}
 	c.attempts++
 	out, err := c.l.tryCommit(ctx, c.st, v, c.logger)
@@ -380,19 +382,32 @@ func (c *committer) commitSolo(ctx context.Context) error {
 		return err
 	}
 	if out == lostRace {
-		c.saw(time.Now(), nil)
+		if err := c.saw(ctx, time.Now(), nil); err != nil {
+			return err
+		}
 		return waitShort(ctx)
 	}
 	c.l.maybeSnapshot(ctx, c.st, c.logger)
-	c.saw(time.Now(), v)
-	return nil
+	return c.saw(ctx, time.Now(), v)
 }
 
 // saw accounts for the state having moved to its newest version at now
 // (created by this committer when created is not nil): the interval
 // between versions, the producer's completed TGBs and what it reports.
-func (c *committer) saw(now time.Time, created *Version) {
+// TGBs complete only once the stream's identity was confirmed after the
+// version committing them was read (a create confirms its own): a version
+// read after the stream was replaced may be a deleted stream's leftover.
+func (c *committer) saw(ctx context.Context, now time.Time, created *Version) error {
 	st := c.st
+	if created != nil {
+		c.confirmed = st.Version // tryCommit confirmed it
+	}
+	if c.confirmed < st.Version && c.p.completes(st) {
+		if err := c.l.confirmIdentity(ctx, c.logger); err != nil {
+			return err
+		}
+		c.confirmed = st.Version
+	}
 	if n := st.Version - c.seenVer; n > 0 {
 		// The records' times, not when this committer happened to read
 		// them (a follower polls late as often as early); not since the
@@ -418,6 +433,7 @@ func (c *committer) saw(now time.Time, created *Version) {
 	if c.p.observe != nil && (cs.Created || cs.TGBs > 0) {
 		c.p.observe(cs)
 	}
+	return nil
 }
 
 // build makes version v+1 from the state at v: the producer's own queued
@@ -613,6 +629,14 @@ func (p *Producer) waiting(seq uint64, max int) []*TGB {
 		out = append(out, pd.tgb)
 	}
 	return out
+}
+
+// completes reports whether st holds a queued TGB of this producer's.
+func (p *Producer) completes(st *State) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	me := st.Producers[p.id]
+	return me != nil && me.Epoch == p.epoch && len(p.queue) > 0 && p.queue[0].Seq <= me.Seq
 }
 
 // complete resolves the queued TGBs that st holds (whoever committed

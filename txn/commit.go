@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/lakestream/lakestream/store"
 )
@@ -20,16 +21,22 @@ const (
 // tryCommit makes one attempt to append v (built from st, so v.Version ==
 // st.Version+1) to the log:
 //
-//	create _log/<v> ──ok──────────────────────────────► committed (apply v)
-//	   │ ErrExists ──────► refresh st ─────────────────► lostRace
+//	create _log/<v> ──ok──► confirm identity ─────────► committed (apply v)
+//	   │ ErrExists ──► read it: ours ──► confirm identity ► committed
+//	   │                        a deleted stream's ──► delete it, create again
+//	   │                        theirs ──► refresh st ─► lostRace
 //	   │ other error (outcome unknown: 409, 5xx, lost response, timeout)
 //	   └──► read _log/<v> until the read succeeds:
 //	          absent ──► create again (same bytes)
-//	          ours   ──► committed (apply what is stored)
+//	          ours   ──► confirm identity ─────────────► committed
 //	          theirs ──► refresh st ───────────────────► lostRace
 //
-// "ours" is decided by the version's Txn, which is random per commit. The
-// state is refreshed in place; on error it holds what was read so far.
+// "ours" is decided by the version's Txn, which is random per commit.
+// Confirming identity (identity.go) reads _stream.json after the create:
+// a stream deleted or replaced meanwhile fails the commit with
+// ErrStreamGone or ErrStreamReplaced, and the version, created in no
+// stream of this process's, is deleted again. The state is refreshed in
+// place; on error it holds what was read so far.
 func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger) (outcome, error) {
 	if v.Version != st.Version+1 {
 		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
@@ -46,6 +53,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			return lostRace, err
 		}
 	}
+	v.Stream = l.Config.StreamID
 	body := encode(v)
 	key := VersionKey(v.Version)
 	bo := newRetryWait(ctx)
@@ -54,8 +62,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 		started := l.now()
 		err := store.CreateBytes(ctx, l.Store, key, body)
 		if err == nil {
-			st.seenHead = started
-			return committed, st.Apply(v)
+			return l.created(ctx, st, v, started, log)
 		}
 		if errors.Is(err, store.ErrExists) {
 			// Lost, or won by an earlier attempt of this very create whose
@@ -63,8 +70,16 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			// answers 412): the version says which.
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			if rerr == nil && got.Txn == v.Txn {
-				st.seenHead = started
-				return committed, st.Apply(got)
+				return l.created(ctx, st, got, started, log)
+			}
+			if errors.Is(rerr, errLeftover) {
+				if rerr = l.dropLeftover(ctx, v.Version, log); rerr == nil {
+					continue
+				}
+				if werr := bo.wait(ctx, rerr); werr != nil {
+					return 0, fmt.Errorf("commit %s: %w", key, werr)
+				}
+				continue
 			}
 			_, rerr = l.refreshRetry(ctx, st, log)
 			return lostRace, rerr
@@ -81,14 +96,13 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			switch {
 			case rerr == nil && got.Txn == v.Txn:
-				st.seenHead = started
-				return committed, st.Apply(got)
+				return l.created(ctx, st, got, started, log)
 			case rerr == nil:
 				_, rerr = l.refreshRetry(ctx, st, log)
 				return lostRace, rerr
 			case errors.Is(rerr, store.ErrNotFound):
 				// Not written: create again.
-			case errors.Is(rerr, ErrCorrupt):
+			case Permanent(rerr):
 				return 0, rerr
 			default:
 				if err := bo.wait(ctx, rerr); err != nil {
@@ -104,8 +118,28 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	}
 }
 
+// created settles a create of v (as stored) that succeeded at started:
+// committed once _stream.json still names this stream. A stream deleted
+// or replaced before the create landed makes it a version of no stream of
+// this process's: it is deleted again (it is this writer's own) and the
+// commit fails with ErrStreamGone or ErrStreamReplaced.
+func (l *Log) created(ctx context.Context, st *State, v *Version, started time.Time, log *slog.Logger) (outcome, error) {
+	if err := l.confirmIdentity(ctx, log); err != nil {
+		if StreamChanged(err) {
+			key := VersionKey(v.Version)
+			if derr := l.Store.Delete(context.WithoutCancel(ctx), key); derr != nil {
+				log.Error("a version written after the stream was deleted could not be deleted; delete it by hand", "key", key, "err", derr)
+			}
+		}
+		return 0, err
+	}
+	st.seenHead = started
+	return committed, st.Apply(v)
+}
+
 // refreshRetry refreshes st, retrying transient store errors with backoff
-// until ctx ends. Corrupt records are returned at once.
+// until ctx ends. Permanent errors (a corrupt record, the stream gone or
+// replaced) are returned at once.
 func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (int, error) {
 	bo := newRetryWait(ctx)
 	defer bo.done()
@@ -113,7 +147,7 @@ func (l *Log) refreshRetry(ctx context.Context, st *State, log *slog.Logger) (in
 	for {
 		n, err := l.Refresh(ctx, st)
 		total += n
-		if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrInvalid) {
+		if err == nil || Permanent(err) {
 			return total, err
 		}
 		if ctx.Err() != nil {

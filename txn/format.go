@@ -153,6 +153,10 @@ type Version struct {
 	// Txn is random per commit: a writer whose create's outcome is unknown
 	// reads the version back and knows it as its own by this.
 	Txn string `json:"txn"`
+	// Stream is the stream id of the stream its writer committed to
+	// (_stream.json's): a reader holding another stream never applies it
+	// (identity.go). Absent in records of builds before it.
+	Stream string `json:"stream,omitempty"`
 
 	// Register bumps Writer.Producer's epoch to Writer.Epoch.
 	Register *Register `json:"register,omitempty"`
@@ -370,6 +374,10 @@ func DecodeVersion(b []byte, wantVersion uint64, cfg *StreamConfig) (*Version, e
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the version record", ErrCorrupt)
+	}
+	if v.Stream != "" && v.Stream != cfg.StreamID {
+		// Another stream's: nothing else about it is this stream's to check.
+		return nil, foreignStream{v.Stream}
 	}
 	if v.Format != cfg.writerVersion() {
 		return nil, fmt.Errorf("%w: format version %d in a stream of writer version %d", ErrCorrupt, v.Format, cfg.writerVersion())

@@ -162,6 +162,13 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	// so the caller can say what a rerun will do.
 	g.rep.Version = st.Version
 	for _, phase := range []func(context.Context, *State) error{g.purgeReclaimed, g.sweepLog, g.sweepOrphans, g.sweepProbes, g.abortStaleUploads} {
+		// A gc whose stream was deleted and created again at its URL (a
+		// producer's periodic gc) would take the new stream's objects for
+		// its own pending deletes and orphans: each phase that deletes
+		// first checks that the stream is still the one it read.
+		if err := l.CheckIdentity(ctx); err != nil {
+			return g.rep, err
+		}
 		if err := phase(ctx, st); err != nil {
 			return g.rep, err
 		}

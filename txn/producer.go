@@ -213,7 +213,7 @@ func loadRetry(ctx context.Context, l *Log, logger *slog.Logger) (*State, error)
 	defer bo.done()
 	for {
 		st, err := l.Load(ctx)
-		if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrInvalid) {
+		if err == nil || Permanent(err) {
 			return st, err
 		}
 		logger.Warn("loading the stream state failed; retrying", "err", err)
@@ -295,8 +295,12 @@ func (p *Producer) Append(ctx context.Context, b Batch) (*Pending, error) {
 	seq := p.nextSeq
 	p.mu.Unlock()
 
-	nonce := randomID()
+	nonce := p.log.uploadNonce()
 	tgb, err := p.upload(ctx, seq, b, nonce)
+	if StreamChanged(err) {
+		p.fail(err) // nothing more of this producer's can commit
+		return nil, err
+	}
 	if err != nil {
 		if !errors.Is(err, ErrSource) && !errors.Is(err, store.ErrInvalid) && p.log.Config.combining() {
 			// The create may have landed: then the TGB is announced and may
@@ -392,9 +396,16 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch, nonce string
 			if rerr == nil {
 				return nil, fmt.Errorf("%w: %s holds an upload this producer did not make; run one producer per id", ErrFenced, key)
 			}
+			if errors.Is(rerr, errLeftoverUpload) {
+				p.logger.Warn("deleting an upload a producer of a deleted stream left at this producer's key", "key", key)
+				rerr = p.log.Store.Delete(ctx, key)
+				if rerr == nil {
+					continue
+				}
+			}
 			err = rerr
 		}
-		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || ctx.Err() != nil {
+		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || StreamChanged(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("uploading %s: %w", key, err)
 		}
 		p.logger.Warn("upload failed; retrying", "key", key, "err", err)

@@ -67,7 +67,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"--store file:///nowhere --prefetch-steps -1 /mnt": "--prefetch-steps -1 is negative",
 		"--store file:///nowhere --fetchers -3 /mnt":       "--fetchers -3 is negative; use at least 1",
 		"--store file:///nowhere --fills-per-rank -1 /mnt": "--fills-per-rank -1 is negative; use at least 1",
-		"--store file:///s":                                "want exactly one argument, the mount point, got 0",
+		// Issue 55 item 15: 0 silently meant the default (16, 1).
+		"--store file:///nowhere --fetchers 0 /mnt":       "--fetchers 0 is out of range; use at least 1 (the default is 16)",
+		"--store file:///nowhere --fills-per-rank 0 /mnt": "--fills-per-rank 0 is out of range; use at least 1 (the default is 1)",
+		"--store file:///nowhere --fetchers 000 /mnt":     "--fetchers 0 is out of range; use at least 1",
+		"--store file:///s":                               "want exactly one argument, the mount point, got 0",
 		// Issue 32 item 8: decimal only, as lakefs-produce.
 		"--store file:///s --prefetch-steps 0x3 /mnt": `--prefetch-steps "0x3" is not a decimal whole number`,
 		"--store file:///s --ready-fd 0x3 /mnt":       `--ready-fd "0x3" is not a decimal whole number`,
