@@ -79,13 +79,7 @@ func hugeTmpfs(budget int64) (int, error) {
 
 // create returns a new empty file of size bytes, open for writing.
 func (b *Backing) create(name string, size int64) (int, error) {
-	var fd int
-	var err error
-	if b.mnt >= 0 {
-		fd, err = unix.Openat(b.mnt, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
-	} else {
-		fd, err = unix.MemfdCreate("lakefs:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	}
+	fd, err := b.newFile(name)
 	if err != nil {
 		return -1, fmt.Errorf("creating a %s file: %w", b.kind, outOfFds(err))
 	}
@@ -95,6 +89,16 @@ func (b *Backing) create(name string, size int64) (int, error) {
 		return -1, fmt.Errorf("sizing a %s file to %d bytes: %w", b.kind, size, err)
 	}
 	return fd, nil
+}
+
+// newFile opens a new empty file of this backing. (No fd variable is
+// declared before it is known: an int's zero value is fd 0, someone
+// else's.)
+func (b *Backing) newFile(name string) (int, error) {
+	if b.mnt >= 0 {
+		return unix.Openat(b.mnt, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	}
+	return unix.MemfdCreate("lakefs:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 }
 
 // freeze makes a written file unchangeable and returns the fd to hand

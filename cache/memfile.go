@@ -107,8 +107,11 @@ type memFile struct {
 	crc  uint32
 	name string        // for errors and logs
 	done chan struct{} // closed once fd or err is set
-	fd   int           // sealed memfd, after done when err == nil
-	err  error
+	// fd is the frozen memory file once done with err == nil, else -1:
+	// never an int's zero value, since fd 0 is some other file of this
+	// process and closeLocked closes any fd >= 0.
+	fd  int
+	err error
 
 	// GUARDED_BY(Files.mu):
 	opens   int           // open handles
@@ -131,6 +134,9 @@ type fillRun struct {
 	files  []*memFile
 	live   int  // GUARDED_BY(Files.mu): unfinished files that are wanted
 	dead   bool // GUARDED_BY(Files.mu): cancelled
+	// refills cancel the refetches of its files that failed verification
+	// (refillContext): they outlive the GET, not the run's wanting them.
+	refills []context.CancelFunc // GUARDED_BY(Files.mu)
 }
 
 func (mf *memFile) finished() bool { return closed(mf.done) }
@@ -156,6 +162,9 @@ func (f *Files) settleLocked(mf *memFile) {
 		}
 		r.dead = true
 		r.cancel()
+		for _, stop := range r.refills {
+			stop()
+		}
 		for _, o := range r.files {
 			if !o.finished() {
 				f.dropLocked(o)
@@ -459,10 +468,11 @@ func (f *Files) finish(mf *memFile, fd int, err error) {
 // fill fetches the files of one run, in object order, with one ranged GET
 // (from the first file's first byte to the last one's last) and streams
 // each into its memfd. A file whose bytes fail verification is fetched
-// again alone, once; a second failure is ErrChecksum. Transient store
-// errors, at the GET or in the middle of its body, are waited out (Retry):
-// the next attempt starts at the first file not yet filled. slot, if set,
-// is released when the GET is done.
+// again alone, once, after the GET if need be (refillContext); a second
+// failure is ErrChecksum. Transient store errors, at the GET or in the
+// middle of its body, are waited out (Retry): the next attempt starts at
+// the first file not yet filled. slot, if set, is released when the GET
+// is done.
 func (f *Files) fill(ctx context.Context, p *txn.Pack, run []*memFile, slot func()) {
 	if slot != nil {
 		defer slot()
@@ -505,7 +515,14 @@ func (f *Files) fillFrom(ctx context.Context, p *txn.Pack, run []*memFile, from 
 		fd, err := f.stream(rc, mf)
 		if errors.Is(err, ErrChecksum) {
 			// The stream is still in step: go on with the rest.
-			go f.refill(ctx, p, mf)
+			if rctx, stop, ok := f.refillContext(mf); ok {
+				go func() {
+					defer stop()
+					f.refill(rctx, p, mf)
+				}()
+			} else {
+				f.finish(mf, -1, fmt.Errorf("reading %s of %s: %w", mf.name, p.Key, err))
+			}
 			continue
 		}
 		if err != nil {
@@ -517,10 +534,28 @@ func (f *Files) fillFrom(ctx context.Context, p *txn.Pack, run []*memFile, from 
 	return len(run), nil
 }
 
+// refillContext returns the context a refetch of mf runs under: the
+// cache's lifetime, not the GET that found the mismatch (a prefetch GET's
+// context ends with it, which cancelled nearly every refill of a
+// prefetched file), ended with mf's run when nobody wants the run's files
+// any more. ok is false when mf was dropped already: nobody wants it.
+func (f *Files) refillContext(mf *memFile) (ctx context.Context, stop context.CancelFunc, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mf.gone { // a dead run drops its unfinished files
+		return nil, nil, false
+	}
+	ctx, stop = context.WithCancel(f.c.life)
+	if mf.run != nil {
+		mf.run.refills = append(mf.run.refills, stop)
+	}
+	return ctx, stop, true
+}
+
 // refill fetches a file that failed verification once more, alone.
 func (f *Files) refill(ctx context.Context, p *txn.Pack, mf *memFile) {
 	off := mf.key.off - p.Off
-	var fd int
+	fd := -1 // until stream returns a file: a failed refill holds none
 	err := f.c.retry.Do(ctx, func(ctx context.Context) error {
 		rc, err := f.c.openOnce(ctx, p, off, mf.size)
 		if err != nil {
