@@ -100,7 +100,7 @@ func (c *Clock) Unmeasured() error {
 		return nil
 	}
 	if p := c.lastErr.Load(); p != nil {
-		return fmt.Errorf("%w: %w", ErrClockUnmeasured, *p)
+		return fmt.Errorf("%w (its probe: %w)", ErrClockUnmeasured, *p)
 	}
 	return fmt.Errorf("%w: no measurement made yet", ErrClockUnmeasured)
 }
@@ -139,19 +139,19 @@ func (c *Clock) probe(ctx context.Context) (time.Duration, time.Duration, error)
 	err := PutBytes(ctx, c.s, key, []byte("clock"))
 	end := c.local()
 	if err != nil {
-		return 0, 0, fmt.Errorf("measuring the store's clock: writing %s: %w", key, err)
+		return 0, 0, fmt.Errorf("writing %s: %w", key, err)
 	}
 	defer c.s.Delete(context.WithoutCancel(ctx), key) //nolint:errcheck // best effort; gc sweeps leftovers
 	took := end.Sub(start)
 	if took > maxClockWrite {
-		return 0, 0, fmt.Errorf("measuring the store's clock: writing %s took %s, more than %s", key, took.Round(time.Millisecond), maxClockWrite)
+		return 0, 0, fmt.Errorf("writing %s took %s, more than %s", key, took.Round(time.Millisecond), maxClockWrite)
 	}
 	info, err := c.s.Stat(ctx, key)
 	if err != nil {
-		return 0, 0, fmt.Errorf("measuring the store's clock: %w", err)
+		return 0, 0, fmt.Errorf("reading the probe's time: %w", err)
 	}
 	if info.ModTime.IsZero() {
-		return 0, 0, errors.New("measuring the store's clock: the store gives no modification time")
+		return 0, 0, errors.New("the store gives no modification time")
 	}
 	// The stamp is no later than the write's end: the offset never reads
 	// the store's clock ahead (see Store time above).

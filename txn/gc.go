@@ -25,7 +25,7 @@ type GCOptions struct {
 	Logger *slog.Logger
 	// Now is the store's clock, which every age is judged by (heartbeats,
 	// the grace period, the log retention): nil means the log's
-	// (Log.StoreTime), and GC then refuses to run while the log's clock is
+	// (Log.StoreTime). GC refuses to run while the log's clock is
 	// unmeasured (Log.ClockErr). Tests move it.
 	Now func() time.Time
 	// ConsumerTimeout: a heartbeat older than this no longer holds
@@ -138,15 +138,15 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// Every phase judges an age: a consumer's heartbeat, a grace period,
+	// the log retention. By an unmeasured clock an hour ahead a live
+	// reader looks dead and fresh objects look old.
+	if err := l.ClockErr(); err != nil {
+		o.Logger.Warn("gc: not run; the store's clock is not measured", "err", err)
+		return nil, fmt.Errorf("gc reclaims nothing while %w; it judges heartbeats and grace periods by that clock: "+
+			"check that these credentials can write and delete under %s and that the store answers a small write within 5 s", err, store.ProbePrefix)
+	}
 	if o.Now == nil {
-		// Every phase judges an age: a consumer's heartbeat, a grace
-		// period, the log retention. By an unmeasured clock an hour ahead
-		// a live reader looks dead and fresh objects look old.
-		if err := l.ClockErr(); err != nil {
-			o.Logger.Warn("gc: not run; the store's clock is not measured", "err", err)
-			return nil, fmt.Errorf("gc judges heartbeats and grace periods by the store's clock and runs only once it is measured: %w; "+
-				"check that these credentials can write and delete under %s and that the store answers a small write within 5 s", err, store.ProbePrefix)
-		}
 		o.Now = l.StoreTime
 	}
 	g := &gcRun{l: l, GCOptions: o, rep: &GCReport{}}

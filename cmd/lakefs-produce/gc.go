@@ -85,7 +85,7 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	// The report below says everything; gc's own log lines would be a
 	// second, unstructured copy of it.
 	prog := newTaskProgress(stderr, "gc:")
-	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Logger: slog.New(slog.DiscardHandler),
+	rep, err := txn.GC(ctx, l, txn.GCOptions{Grace: o.Grace, DryRun: o.DryRun, Force: o.Force, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
 		ConsumerTimeout: o.ConsumerTimeout, Progress: prog.phase})
 	prog.finish()
 	if err != nil && rep != nil && ctx.Err() != nil {

@@ -98,7 +98,7 @@ func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 		fmt.Fprintf(w, "lead\t%d steps ahead of %s %s (producers with --max-lead below that wait)\n", r.Lead.Steps, r.Lead.Who, at)
 	}
 	if r.ClockUnmeasured != "" {
-		fmt.Fprintf(w, "clock	not measured (%s): consumers' liveness below is by this machine's clock; gc reclaims nothing until the store's clock is measured\n", r.ClockUnmeasured)
+		fmt.Fprintf(w, "clock\t%s: consumers' liveness below is by this machine's clock; gc reclaims nothing until it is measured\n", r.ClockUnmeasured)
 	}
 	w.Flush()
 	fmt.Fprintln(stdout)
