@@ -160,13 +160,27 @@ func run(ctx context.Context, o RunOptions, waits *storeWaits) error {
 	cleaner.Go(func() { r.cleanLoop(life) })
 
 	err = r.loop(ctx)
-	// Unless stopped, wait for what was appended (bounded by ctx: a pass
-	// deadline or a signal), so the staging tree is cleaned of every
-	// committed batch.
-	if ferr := p.Flush(ctx); ferr != nil && err == nil && ctx.Err() == nil {
+	// Unless stopped, wait for what was appended, so the staging tree is
+	// cleaned of every committed batch: bounded by ctx (a pass deadline or
+	// a signal) and, after an error of the loop's own (the staging volume
+	// gone, a corrupt record), by the shutdown deadline, armed now: the
+	// commits may wait for a store that is down, and the error must be
+	// reported, not held until the store returns.
+	var stop *time.Timer
+	flushCtx := ctx
+	if err != nil && ctx.Err() == nil {
+		stop = time.AfterFunc(o.ShutdownTimeout, endLife)
+		var cancel context.CancelFunc
+		flushCtx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(life, cancel)()
+	}
+	if ferr := p.Flush(flushCtx); ferr != nil && err == nil && ctx.Err() == nil {
 		err = ferr
 	}
-	stop := time.AfterFunc(o.ShutdownTimeout, endLife)
+	if stop == nil {
+		stop = time.AfterFunc(o.ShutdownTimeout, endLife)
+	}
 	defer stop.Stop()
 	close(r.cleanup)
 	cleaner.Wait()
@@ -268,32 +282,38 @@ func (r *runner) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		wait := r.Poll
-		for _, name := range names {
+		wait, down := r.Poll, false
+		for i, name := range names {
 			err := r.batch(ctx, name)
-			if store.Transient(err) && !r.Once && ctx.Err() == nil {
+			if store.Transient(err) && ctx.Err() == nil {
 				// The store is down or refusing: the batch stays staged and
 				// is tried again; exiting would only hand the wait to a
-				// supervisor's restart loop.
-				wait = r.storeDown(name, err)
+				// supervisor's restart loop. A --once pass goes on with the
+				// batches it found at start, within its pass deadline.
+				wait, down = r.storeDown(name, err), true
+				if r.Once {
+					first = names[i:]
+				}
 				break
 			}
 			if err != nil {
 				return err
 			}
 		}
-		if wait == r.Poll {
+		if !down {
 			r.storeUp()
-		}
-		if r.Once {
-			return nil
+			if r.Once {
+				return nil
+			}
 		}
 		if len(names) == 0 {
 			if err := r.idleFenceCheck(ctx); err != nil {
 				return err
 			}
 		}
-		r.maybeGC(ctx)
+		if !r.Once {
+			r.maybeGC(ctx)
+		}
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}

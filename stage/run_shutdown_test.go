@@ -223,3 +223,97 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestOwnErrorWhileStoreDownReturns (issue 55 item 4): the loop fails on
+// its own (here the staging directory is moved away) while a commit
+// waits for a store that is down: Run reports that error within its
+// shutdown bound. Before, it flushed with no bound and neither exited
+// nor said anything until the store returned or a signal came.
+func TestOwnErrorWhileStoreDownReturns(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b000")
+	down := &logDown{Store: e.store}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	const bound = 2 * time.Second
+	go func() {
+		done <- stage.Run(t.Context(), stage.RunOptions{
+			Store: down, Log: &txn.Log{Store: down, Config: e.log.Config}, Tree: tree, ProducerID: "p",
+			Poll: 20 * time.Millisecond, ShutdownTimeout: bound,
+		})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); down.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
+		}
+	}
+	if err := os.Rename(e.staging, e.staging+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	failed := time.Now()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), e.staging) {
+			t.Fatalf("Run after its staging directory went: %v; want an error naming it", err)
+		}
+		t.Logf("Run returned %v after the loop failed (bound %v): %v", time.Since(failed).Round(time.Millisecond), bound, err)
+	case <-time.After(bound + 20*time.Second):
+		t.Fatalf("Run did not return %v after its loop failed (shutdown bound %v): it waits for a store that is down", bound+20*time.Second, bound)
+	}
+}
+
+// hintFlaky fails the Gets of the log's snapshot hint numbered in fail
+// (counting from 1) with a transient error.
+type hintFlaky struct {
+	store.Store
+	n    atomic.Int64
+	fail map[int64]bool
+}
+
+func (s *hintFlaky) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if key == txn.HintKey && s.fail[s.n.Add(1)] {
+		return nil, fmt.Errorf("get %s: %w", key, store.ErrUnavailable)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// TestOnceRetriesTransient (issue 55 item 7): a --once pass whose store
+// fails transiently after the start retries within its pass deadline, as
+// run's help says, instead of ending the pass at once. Here a batch left
+// staged after its commit (a crash before its removal) is compared with
+// the log, whose first two reads fail.
+func TestOnceRetriesTransient(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b000")
+	if rej := e.run(t, "p"); len(rej) != 0 {
+		t.Fatalf("rejected %v", rej)
+	}
+	batch(t, e.staging, "b000") // committed, and staged again with the same content
+	batch(t, e.staging, "b001")
+	flaky := &hintFlaky{Store: e.store, fail: map[int64]bool{2: true, 3: true}}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stage.Run(t.Context(), stage.RunOptions{
+		Store: flaky, Log: &txn.Log{Store: flaky, Config: e.log.Config}, Tree: tree, ProducerID: "p", Once: true,
+		PassDeadline: time.Now().Add(time.Minute), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("a --once pass over a store failing twice: %v; want it retried within its deadline", err)
+	}
+	if n := flaky.n.Load(); n < 4 {
+		t.Fatalf("%d reads of the hint: the failing ones were not met", n)
+	}
+	if got := e.steps(t); len(got) != 2 || got["b000"] != 0 || got["b001"] != 1 {
+		t.Fatalf("steps %v; want b000 at 0 and b001 at 1, once each", got)
+	}
+	for _, b := range []string{"b000", "b001"} {
+		if _, err := os.Stat(filepath.Join(e.staging, b)); !os.IsNotExist(err) {
+			t.Errorf("%s still staged after the pass (%v)", b, err)
+		}
+	}
+}

@@ -46,15 +46,18 @@ func connect(ctx context.Context, o connectOptions) (store.Store, *txn.Log, erro
 		// cut at the deadline: the one made at the deadline must be able
 		// to succeed.
 		s, l, err := connectOnce(ctx, o.URL)
-		if err != nil && !deadline.IsZero() && !time.Now().Before(deadline) && ctx.Err() == nil {
-			return nil, nil, fmt.Errorf("store %s still not reachable after %s (--start-timeout %s): %w",
-				store.Redact(o.URL), time.Since(started).Round(100*time.Millisecond), o.Timeout, err)
-		}
+		// Only a store that is not reachable is "still not reachable" at
+		// the deadline: anything else (no stream, refused credentials) is
+		// said as it is, whenever it comes.
 		if err == nil || !store.Transient(err) || o.FailFast || ctx.Err() != nil {
 			if attempt > 1 && err == nil {
 				o.Logger.Info("store reachable; starting", "waited", time.Since(started).Round(time.Millisecond))
 			}
 			return s, l, err
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return nil, nil, fmt.Errorf("store %s still not reachable after %s (--start-timeout %s): %w",
+				store.Redact(o.URL), time.Since(started).Round(100*time.Millisecond), o.Timeout, err)
 		}
 		o.waiting(true)
 		// The attempts go on up to the deadline itself: the last wait is

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/stage"
+	"github.com/lakestream/lakestream/txn"
 )
 
 // closedEndpoint is an s3:// URL whose endpoint refuses connections.
@@ -124,5 +127,16 @@ func TestProgressLogRounded(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Fatalf("progress line %q; want %q", line, want)
 		}
+	}
+}
+
+// TestStartDeadlineKeepsTheErrorsKind (issue 55 item 5): an error that is
+// not the store being unreachable is said as it is at the start deadline
+// ("no stream at this store URL"), not as "still not reachable after ...".
+func TestStartDeadlineKeepsTheErrorsKind(t *testing.T) {
+	url := "file://" + t.TempDir()
+	_, _, err := connect(t.Context(), connectOptions{URL: url, Timeout: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)})
+	if !errors.Is(err, txn.ErrNoStream) || strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("connect at its deadline to a store without a stream: %v; want ErrNoStream as it is", err)
 	}
 }
