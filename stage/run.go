@@ -555,10 +555,19 @@ func (r *runner) holdBack(ctx context.Context) error {
 	logged := false
 	var fails *backoff.Backoff // while the check fails
 	var wait time.Duration
+	var denied time.Time // since when the store refuses the credentials
 	for {
 		err := r.refreshLead(ctx)
 		if txn.Permanent(err) {
 			return err
+		}
+		if !errors.Is(err, store.ErrCredentials) {
+			denied = time.Time{}
+		} else if denied.IsZero() {
+			denied = time.Now()
+		} else if time.Since(denied) >= txn.CredentialsGrace {
+			// As txn's own retries: credentials that expired stay expired.
+			return fmt.Errorf("the store has refused these credentials for %s; restart with fresh ones: %w", txn.CredentialsGrace, err)
 		}
 		if err != nil {
 			// The store is down or throttling: wait it out, holding uploads.

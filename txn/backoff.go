@@ -2,10 +2,13 @@ package txn
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/lakestream/lakestream/internal/backoff"
+	"github.com/lakestream/lakestream/store"
 )
 
 // retryWait paces retries of store calls that failed in a way waiting may
@@ -15,7 +18,16 @@ type retryWait struct {
 	b       *backoff.Backoff
 	report  func(waiting bool, cause error)
 	waiting bool
+	denied  time.Time // when the store began refusing the credentials (zero: it is not)
 }
+
+// CredentialsGrace is how long txn retries a store that refuses its
+// credentials (store.ErrCredentials: 401, 403) before giving up. A refusal
+// can pass (a role or policy still propagating, a clock skewed for a
+// moment), but credentials that expired stay expired: they are read once,
+// at start, so only a restart with fresh ones can cure it, and retrying
+// for ever would look like an outage (issue 55 item 12).
+const CredentialsGrace = time.Minute
 
 // storeRetry is the pacing of txn's retries of store calls.
 var storeRetry = backoff.Policy{First: 20 * time.Millisecond, Max: 5 * time.Second}
@@ -39,13 +51,34 @@ func newRetryWait(ctx context.Context) *retryWait {
 	return &retryWait{b: backoff.New(storeRetry), report: report}
 }
 
-// wait sleeps before the next attempt after cause, or until ctx ends.
+// wait sleeps before the next attempt after cause, or until ctx ends. It
+// gives up, wrapping cause, once the store has refused the credentials
+// for CredentialsGrace.
 func (r *retryWait) wait(ctx context.Context, cause error) error {
+	if err := r.refused(cause); err != nil {
+		return err
+	}
 	if r.report != nil && !r.waiting {
 		r.waiting = true
 		r.report(true, cause)
 	}
 	return r.b.Wait(ctx)
+}
+
+// refused tracks how long the store has refused the credentials, and
+// returns an error once it is CredentialsGrace.
+func (r *retryWait) refused(cause error) error {
+	if !errors.Is(cause, store.ErrCredentials) {
+		r.denied = time.Time{}
+		return nil
+	}
+	if r.denied.IsZero() {
+		r.denied = time.Now()
+	}
+	if time.Since(r.denied) < CredentialsGrace {
+		return nil
+	}
+	return fmt.Errorf("the store has refused these credentials for %s; restart with fresh ones: %w", CredentialsGrace, cause)
 }
 
 // done ends the wait, if one was reported (deferred by each retry loop).
