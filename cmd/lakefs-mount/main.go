@@ -194,5 +194,11 @@ func serve(ctx context.Context, o mount.Options) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return mount.Run(ctx, o)
+	err := mount.Run(ctx, o)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// A signal while the mount waited for the store at start: a
+		// clean stop, as at any other time (exit 0, as the help says).
+		return nil
+	}
+	return err
 }

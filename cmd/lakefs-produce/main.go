@@ -38,9 +38,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Name:    "lakefs-produce",
 		Usage:   "create a Lakestream stream and commit staged training batches to it",
 		Version: buildinfo.Version(),
-		Description: `Every command takes --store URL (or LAKEFS_STORE): file:///abs/dir, or
-s3://bucket/prefix?endpoint=http://host:port&region=us-east-1&path-style=true
-(credentials from the standard AWS chain).
+		Description: `Every command takes --store URL (or LAKEFS_STORE):
+   file:///abs/dir
+   s3://bucket/prefix?endpoint=http://host:port&region=us-east-1&path-style=true
+      credentials from the standard AWS chain (environment, shared config)
+   gs://bucket/prefix
+      Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS);
+      STORAGE_EMULATOR_HOST or endpoint= for an emulator
+   az://container/prefix?account=NAME
+      AZURE_STORAGE_KEY, a SAS in AZURE_STORAGE_SAS_TOKEN, else
+      DefaultAzureCredential; endpoint= for Azurite
 
 EXAMPLES:
    lakefs-produce init --store file:///data/stream --ranks 8

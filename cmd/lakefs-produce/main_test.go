@@ -470,3 +470,15 @@ func TestProgressStartsAtStreamHead(t *testing.T) {
 		t.Fatalf("progress of a run that committed nothing yet: %q; want head=3", buf.String())
 	}
 }
+
+// TestHelpNamesEveryStore (issue 55 item 15): --help names every store
+// kind and where each takes its credentials from, not file:// and s3://
+// alone.
+func TestHelpNamesEveryStore(t *testing.T) {
+	code, out, _ := invoke(t, "--help")
+	for _, want := range []string{"file:///", "s3://", "gs://", "az://", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("lakefs-produce --help (exit %d) does not name %s", code, want)
+		}
+	}
+}
