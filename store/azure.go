@@ -48,6 +48,7 @@ const azAppIDMax = 24
 type azureStore struct {
 	container *container.Client
 	name      string // the container
+	account   string // as the store URL names it
 	prefix    string // "" or "some/prefix/"
 	endpoint  string // the service URL, shown in errors (never with a SAS)
 	cred      string // the credential source, named in errors
@@ -103,12 +104,18 @@ func openAzure(ctx context.Context, u *url.URL, raw string) (Store, error) {
 			return nil, bad(fmt.Sprintf("has unknown parameter %q", k), "use account= and endpoint= (credentials come from AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or Entra ID, never the URL)")
 		}
 	}
-	o.Account = cmp.Or(o.Account, os.Getenv("AZURE_STORAGE_ACCOUNT"))
+	from := "its account="
+	if o.Account == "" {
+		o.Account, from = os.Getenv("AZURE_STORAGE_ACCOUNT"), "the account in AZURE_STORAGE_ACCOUNT"
+	}
 	if o.Account == "" {
 		return nil, bad("names no storage account", "add account=NAME or set AZURE_STORAGE_ACCOUNT")
 	}
 	if err := checkAzureAccount(o.Account); err != nil {
-		return nil, bad(err.Error(), "account names are 3-24 characters of a-z and 0-9")
+		if errors.Is(err, errAccountSecret) {
+			return nil, bad(fmt.Sprintf("is refused: %s %v", from, err), azAccountFix)
+		}
+		return nil, bad(fmt.Sprintf("is refused: %s %v", from, err), "account names are 3-24 characters of a-z and 0-9")
 	}
 	if err := checkContainerName(o.Container); err != nil {
 		return nil, bad(err.Error(), "container names are 3-63 characters of a-z, 0-9 and '-', beginning and ending with a letter or digit, without \"--\"")
@@ -134,15 +141,26 @@ func checkContainerName(c string) error {
 	return nil
 }
 
+// errAccountSecret: an account value that looks like a key or a
+// connection string.
+var errAccountSecret = errors.New("contains ':' or ';', so it looks like a key or a connection string")
+
+// azAccountFix says where an account's key goes instead.
+const azAccountFix = "give only the account name in account= (or AZURE_STORAGE_ACCOUNT) and the key in AZURE_STORAGE_KEY (a SAS in AZURE_STORAGE_SAS_TOKEN)"
+
 // checkAzureAccount applies Azure's storage account naming rules: the
-// name is a DNS label of the service URL.
+// name is a DNS label of the service URL. Its errors never quote the
+// value: a wrong one is often a key or a connection string.
 func checkAzureAccount(a string) error {
+	if strings.ContainsAny(a, ":;") {
+		return errAccountSecret
+	}
 	if len(a) < 3 || len(a) > 24 {
-		return fmt.Errorf("names account %q of %d characters", a, len(a))
+		return fmt.Errorf("is %d characters long", len(a))
 	}
 	for i, r := range a {
 		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
-			return fmt.Errorf("names account %q, which has %q at position %d", a, r, i)
+			return fmt.Errorf("has a character other than a-z and 0-9 at position %d", i+1)
 		}
 	}
 	return nil
@@ -164,7 +182,7 @@ func azureServiceURL(o AzureOptions) string {
 // that a typo or a missing permission fails at start in one line.
 func OpenAzure(ctx context.Context, o AzureOptions) (Store, error) {
 	svc := azureServiceURL(o)
-	s := &azureStore{name: o.Container, endpoint: redactEndpoint(svc), blockSize: cmp.Or(o.BlockSize, DefaultAzureBlockSize)}
+	s := &azureStore{name: o.Container, account: o.Account, endpoint: redactEndpoint(svc), blockSize: cmp.Or(o.BlockSize, DefaultAzureBlockSize)}
 	if s.blockSize <= 0 {
 		return nil, fmt.Errorf("%w: az store %s: block size %d; use a positive byte count", ErrInvalid, o.Container, s.blockSize)
 	}
@@ -259,7 +277,7 @@ func (s *azureStore) newClient(ctx context.Context, o AzureOptions, svc string) 
 			return fmt.Errorf("az store %s: %w", s.name, ctx.Err())
 		}
 		return shortError{msg: fmt.Sprintf("no Azure credentials for az container %q (%s); set AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN, or AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET, run under a managed or workload identity, or run az login",
-			s.name, firstLine(err)), err: fmt.Errorf("%w: %w", ErrCredentials, err)}
+			s.name, errText(err)), err: fmt.Errorf("%w: %w", ErrCredentials, err)}
 	}
 	cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{ClientOptions: opts.ClientOptions})
 	if err != nil {
@@ -275,7 +293,7 @@ func (s *azureStore) newClient(ctx context.Context, o AzureOptions, svc string) 
 
 func (s *azureStore) client(c *azblob.Client, err error) (*azblob.Client, error) {
 	if err != nil {
-		return nil, fmt.Errorf("%w: az store %s at %s: %s", ErrInvalid, s.name, s.endpoint, stripQueries(firstLine(err)))
+		return nil, fmt.Errorf("%w: az store %s at %s: %s", ErrInvalid, s.name, s.endpoint, errText(err))
 	}
 	return c, nil
 }
@@ -286,6 +304,13 @@ func (s *azureStore) openError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("az store %s: %w", s.name, ctx.Err())
+	case errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 && s.otherAccount() != "":
+		// The request went to another account than the one named: its
+		// answer (ResourceNotFound, AuthenticationFailed) says nothing
+		// of the container.
+		return shortError{msg: fmt.Sprintf("the endpoint %s names account %q but the store URL's account is %q (%s, HTTP %d); check account= and endpoint=",
+			s.endpoint, s.otherAccount(), s.account, cmp.Or(re.ErrorCode, http.StatusText(re.StatusCode)), re.StatusCode),
+			err: fmt.Errorf("%w: %w", ErrInvalid, err)}
 	case bloberror.HasCode(err, bloberror.ContainerNotFound):
 		return fmt.Errorf("%w: az container %q does not exist at %s; create it (az storage container create -n %s) or fix the store URL",
 			ErrNotFound, s.name, s.endpoint, s.name)
@@ -304,6 +329,43 @@ func (s *azureStore) openError(ctx context.Context, err error) error {
 	return fmt.Errorf("az store: checking container %q at %s: %w", s.name, s.endpoint, s.flatten(err))
 }
 
+// otherAccount is the account the endpoint names when it is not the
+// store's: the first label of an Azure host (ACCOUNT.blob.core.windows.net)
+// or the first path segment of a path-style one (Azurite's
+// http://host:port/ACCOUNT); "" when they agree or the endpoint names none.
+func (s *azureStore) otherAccount() string {
+	u, err := url.Parse(s.endpoint)
+	if err != nil {
+		return ""
+	}
+	named, _, _ := strings.Cut(strings.Trim(u.Path, "/"), "/")
+	if host := u.Hostname(); named == "" && strings.Contains(host, ".blob.") {
+		named, _, _ = strings.Cut(host, ".")
+	}
+	if named == s.account {
+		return ""
+	}
+	return named
+}
+
+// refused is a 401 or 403 answer to op: the credential source, what op
+// needs of it (a read-only SAS can list, so the open passed, but not
+// create) and the fix.
+func (s *azureStore) refused(op string, re *azcore.ResponseError, err error) error {
+	need := "read"
+	switch op {
+	case "put", "create":
+		need = "write (create)"
+	case "delete":
+		need = "delete"
+	case "list":
+		need = "list"
+	}
+	return shortError{msg: fmt.Sprintf("%s refused the credentials from %s (%s, HTTP %d): a %s needs %s permission; %s",
+		s.endpoint, s.cred, cmp.Or(re.ErrorCode, http.StatusText(re.StatusCode)), re.StatusCode, op, need, s.credentialFix()),
+		err: fmt.Errorf("%w: %w", ErrCredentials, err)}
+}
+
 // credentialFix says how to fix the credential source that was refused.
 func (s *azureStore) credentialFix() string {
 	switch s.cred {
@@ -313,27 +375,6 @@ func (s *azureStore) credentialFix() string {
 		return "give AZURE_STORAGE_SAS_TOKEN an unexpired SAS for this account that grants read, write, delete and list (sp=rwdl)"
 	}
 	return "grant the identity the Storage Blob Data Contributor role on the container, or set AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN"
-}
-
-// stripQueries cuts the query off every URL in msg: a request URL can
-// carry the SAS.
-func stripQueries(msg string) string {
-	var b strings.Builder
-	for {
-		i := strings.Index(msg, "://")
-		if i < 0 {
-			break
-		}
-		end := i + strings.IndexAny(msg[i:]+" ", " \t\"'")
-		u := msg[:end]
-		if q := strings.IndexByte(u[i:], '?'); q >= 0 {
-			u = u[:i+q] + "?xxxxx"
-		}
-		b.WriteString(u)
-		msg = msg[end:]
-	}
-	b.WriteString(msg)
-	return b.String()
 }
 
 func (s *azureStore) key(k string) string { return s.prefix + k }
@@ -350,7 +391,7 @@ func (s *azureStore) flatten(err error) error {
 	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
-		return shortError{msg: stripQueries(firstLine(err)), err: err}
+		return shortError{msg: errText(err), err: err}
 	}
 	msg := fmt.Sprintf("%s (HTTP %d)", cmp.Or(re.ErrorCode, http.StatusText(re.StatusCode)), re.StatusCode)
 	switch {
@@ -381,7 +422,10 @@ func (s *azureStore) classify(ctx context.Context, op, key string, err error) er
 	}
 	code := azStatus(err)
 	var sentinel error
+	var re *azcore.ResponseError
 	switch {
+	case (code == http.StatusUnauthorized || code == http.StatusForbidden) && errors.As(err, &re):
+		return fmt.Errorf("az %s %s: %w", op, key, s.refused(op, re, err))
 	case bloberror.HasCode(err, bloberror.ContainerNotFound):
 		return fmt.Errorf("az %s %s: container %q is gone: %w", op, key, s.name, ErrNotFound)
 	case bloberror.HasCode(err, bloberror.BlobNotFound) || code == http.StatusNotFound:
@@ -401,11 +445,30 @@ func (s *azureStore) Get(ctx context.Context, key string) (io.ReadCloser, error)
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	resp, err := s.blob(key).DownloadStream(ctx, nil)
-	if err != nil {
-		return nil, s.classify(ctx, "get", key, err)
+	return s.download(ctx, "get", key, 0, -1)
+}
+
+// download opens the n bytes of key at off (n < 0: to the end), resumed
+// at the last byte received when a connection is lost (resumeBody).
+func (s *azureStore) download(ctx context.Context, op, key string, off, n int64) (io.ReadCloser, error) {
+	var etag *azcore.ETag
+	open := func(off, n int64) (io.ReadCloser, error) {
+		opts := &blob.DownloadStreamOptions{Range: blob.HTTPRange{Offset: off, Count: max(n, 0)}} // Count 0: to the end
+		if etag != nil {
+			opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: etag}}
+		}
+		resp, err := s.blob(key).DownloadStream(ctx, opts)
+		if err != nil {
+			return nil, s.classify(ctx, op, key, err)
+		}
+		etag = resp.ETag
+		return &body{c: s, ctx: ctx, op: op, key: key, rc: resp.Body}, nil
 	}
-	return &body{c: s, ctx: ctx, op: "get", key: key, rc: resp.Body}, nil
+	first, err := open(off, n)
+	if err != nil {
+		return nil, err
+	}
+	return resumable(ctx, first, string(deref(etag, "")), off, n, open), nil
 }
 
 func (s *azureStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
@@ -417,13 +480,13 @@ func (s *azureStore) GetRangeStream(ctx context.Context, key string, off, n int6
 	if rc, done, err := rangeStart(ctx, s, key, off, n); done {
 		return rc, err
 	}
-	resp, err := s.blob(key).DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Offset: off, Count: n}})
+	rc, err := s.download(ctx, "get range", key, off, n)
 	if err != nil {
-		return nil, s.classify(ctx, "get range", key, err)
+		return nil, err
 	}
 	// Azure answers a range running past the end with the bytes that
 	// exist: a short stream means the caller asked past the end.
-	return &exactReader{r: &body{c: s, ctx: ctx, op: "get range", key: key, rc: resp.Body}, left: n, errLine: func(got int64) error {
+	return &exactReader{r: rc, left: n, errLine: func(got int64) error {
 		return fmt.Errorf("az get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+got, ErrRange)
 	}}, nil
 }

@@ -7,11 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 
 	"github.com/lakestream/lakestream/internal/aztest"
 	"github.com/lakestream/lakestream/store"
@@ -336,5 +340,96 @@ func TestAzureLargeCreateRace(t *testing.T) {
 		if want := bytes.Repeat([]byte{byte('a' + winner.Load())}, size); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("round %d: stored %d bytes (err %v), not the winner's %d", round, len(got), err, size)
 		}
+	}
+}
+
+// TestAzureAccountNeverQuoted (issue 55 items 10 and 15): an account
+// value that carries the key (account=NAME:KEY), a connection string in
+// account= or in AZURE_STORAGE_ACCOUNT is refused before any request in
+// one line that says what it looks like and where the key goes, and
+// neither that line nor Redact quotes any of the key.
+func TestAzureAccountNeverQuoted(t *testing.T) {
+	t.Setenv("AZURE_STORAGE_KEY", "")
+	conn := "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=" + aztest.Key + ";BlobEndpoint=http://127.0.0.1:1/devstoreaccount1"
+	for _, c := range []struct{ name, url, env, source string }{
+		{"account=NAME:KEY", "az://cont/p?account=devstoreaccount1:" + aztest.Key, "", "account="},
+		{"escaped", "az://cont/p?account=" + url.QueryEscape("devstoreaccount1:"+aztest.Key), "", "account="},
+		{"account=NAME;AccountKey=KEY", "az://cont/p?account=devstoreaccount1;AccountKey=" + aztest.Key, "", "account="},
+		{"AZURE_STORAGE_ACCOUNT", "az://cont/p", conn, "AZURE_STORAGE_ACCOUNT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("AZURE_STORAGE_ACCOUNT", c.env)
+			_, err := store.Open(t.Context(), c.url)
+			oneLine(t, "open", err)
+			if !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("%v; want ErrInvalid", err)
+			}
+			msg := err.Error()
+			for _, want := range []string{"connection string", "AZURE_STORAGE_KEY", c.source} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("%q does not say %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "escape '%'") {
+				t.Errorf("%q gives the hint for a malformed escape", msg)
+			}
+			for _, shown := range []string{msg, store.Redact(c.url)} {
+				for i := 0; i+8 <= len(aztest.Key); i++ {
+					if frag := aztest.Key[i : i+8]; strings.Contains(shown, frag) || strings.Contains(shown, url.QueryEscape(frag)) {
+						t.Fatalf("%q quotes the key (%q)", shown, frag)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAzureEndpointOtherAccount (issue 55 item 15): an endpoint= naming
+// another account than account= (Azurite answers ResourceNotFound) says
+// the two differ and to check them, naming both.
+func TestAzureEndpointOtherAccount(t *testing.T) {
+	srv := aztest.Start(t)
+	c := srv.NewBucket(t)
+	other := strings.Replace(srv.Endpoint, "/"+aztest.Account, "/otheraccount", 1)
+	_, err := store.Open(t.Context(), "az://"+c+"/p?account="+aztest.Account+"&endpoint="+other)
+	oneLine(t, "open", err)
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), `"otheraccount"`) || !strings.Contains(err.Error(), `"`+aztest.Account+`"`) ||
+		!strings.Contains(err.Error(), "check account= and endpoint=") {
+		t.Fatalf("open: %v; want ErrInvalid naming both accounts and saying to check account= and endpoint=", err)
+	}
+}
+
+// TestAzureReadOnlySAS (issue 55 item 15): with a SAS that may read and
+// list but not write, the open passes (it lists) and init's
+// create-if-absent probe fails as ErrCredentials naming
+// AZURE_STORAGE_SAS_TOKEN and the write (create) permission it lacks,
+// without printing the SAS.
+func TestAzureReadOnlySAS(t *testing.T) {
+	srv := aztest.Start(t)
+	c := srv.NewBucket(t)
+	cred, err := azblob.NewSharedKeyCredential(aztest.Account, aztest.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := sas.BlobSignatureValues{
+		Protocol: sas.ProtocolHTTPSandHTTP, ExpiryTime: time.Now().Add(time.Hour), ContainerName: c,
+		Permissions: (&sas.ContainerPermissions{Read: true, List: true}).String(),
+	}.SignWithSharedKey(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AZURE_STORAGE_KEY", "")
+	t.Setenv("AZURE_STORAGE_SAS_TOKEN", qp.Encode())
+	s, err := store.Open(t.Context(), srv.URL(c, "stream"))
+	if err != nil {
+		t.Fatalf("open with a read-only SAS: %v", err)
+	}
+	err = store.Probe(t.Context(), s)
+	oneLine(t, "probe", err)
+	if !errors.Is(err, store.ErrCredentials) || !strings.Contains(err.Error(), "AZURE_STORAGE_SAS_TOKEN") || !strings.Contains(err.Error(), "write (create) permission") {
+		t.Fatalf("probe with a read-only SAS: %v; want ErrCredentials naming AZURE_STORAGE_SAS_TOKEN and the write permission", err)
+	}
+	if strings.Contains(err.Error(), "sig=") || strings.Contains(err.Error(), qp.Signature()) {
+		t.Fatalf("probe: %v shows the SAS", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
+	"google.golang.org/api/option/internaloption"
 	htransport "google.golang.org/api/transport/http"
 )
 
@@ -41,6 +43,7 @@ type gcsStore struct {
 	name     string // the bucket
 	prefix   string // "" or "some/prefix/"
 	endpoint string // shown in errors: the emulator's, or "GCS"
+	cred     string // the credential source, named in errors; "" for none
 }
 
 // GCSOptions configure a GCS store.
@@ -67,18 +70,58 @@ func openGCS(ctx context.Context, u *url.URL, raw string) (Store, error) {
 		switch k {
 		case "endpoint":
 			if !validEndpoint(v) {
-				return nil, bad(fmt.Sprintf("has endpoint %q", v), "use endpoint=http://host:port")
+				return nil, bad(fmt.Sprintf("has endpoint %q", redactEndpoint(v)), "use endpoint=http://host:port")
 			}
 			o.Endpoint = strings.TrimSuffix(v, "/")
+			if strings.HasSuffix(o.Endpoint, gcsAPIPath) {
+				// The client adds the path itself: .../storage/v1/storage/v1/
+				// would answer 404 and read as a missing bucket.
+				return nil, bad(fmt.Sprintf("has endpoint %q, which ends in the JSON API's path %s/", redactEndpoint(v), gcsAPIPath),
+					"give the endpoint without its path (endpoint="+redactEndpoint(strings.TrimSuffix(o.Endpoint, gcsAPIPath))+"): the client adds "+gcsAPIPath+"/ itself")
+			}
 		default:
 			return nil, bad(fmt.Sprintf("has unknown parameter %q", k), "use endpoint= (credentials come from GOOGLE_APPLICATION_CREDENTIALS or the metadata server, never the URL)")
 		}
 	}
-	if err := checkBucketName(o.Bucket); err != nil {
-		return nil, bad(err.Error(), "bucket names are 3-63 characters of a-z, 0-9, '.' and '-', beginning and ending with a letter or digit")
+	if err := checkGCSBucketName(o.Bucket); err != nil {
+		return nil, bad(err.Error(), "GCS bucket names are 3-63 characters of a-z, 0-9, '-', '_' and '.' (up to 222 with dots, each dot-separated part at most 63), beginning and ending with a letter or digit, not an IP address, without \"goog\" at the start or \"google\" anywhere")
 	}
 	return OpenGCS(ctx, o)
 }
+
+// checkGCSBucketName applies GCS's bucket naming rules, which are not
+// S3's: underscores are allowed, and a name with dots may run to 222
+// characters.
+func checkGCSBucketName(b string) error {
+	limit := 63
+	if strings.Contains(b, ".") {
+		limit = 222
+	}
+	if len(b) < 3 || len(b) > limit {
+		return fmt.Errorf("names bucket %q of %d characters", b, len(b))
+	}
+	for i, c := range b {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && !((c == '-' || c == '_' || c == '.') && i > 0 && i < len(b)-1) {
+			return fmt.Errorf("names bucket %q, which has %q at position %d", b, c, i)
+		}
+	}
+	for part := range strings.SplitSeq(b, ".") {
+		if part == "" || len(part) > 63 {
+			return fmt.Errorf("names bucket %q, which has a dot-separated part of %d characters", b, len(part))
+		}
+	}
+	switch {
+	case net.ParseIP(b) != nil:
+		return fmt.Errorf("names bucket %q, an IP address", b)
+	case strings.HasPrefix(b, "goog") || strings.Contains(b, "google") || strings.Contains(b, "g00gle"):
+		return fmt.Errorf("names bucket %q (GCS refuses \"goog\" at the start and \"google\" anywhere)", b)
+	}
+	return nil
+}
+
+// gcsAPIPath is the JSON API's path under an endpoint; the client adds it.
+const gcsAPIPath = "/storage/v1"
 
 // OpenGCS connects to a bucket and checks that it can be listed, so that a
 // typo or a missing permission fails at start in one line.
@@ -100,7 +143,7 @@ func OpenGCS(ctx context.Context, o GCSOptions) (Store, error) {
 	switch {
 	case o.Endpoint != "":
 		s.endpoint = o.Endpoint
-		opts = append(opts, option.WithEndpoint(o.Endpoint+"/storage/v1/"))
+		opts = append(opts, option.WithEndpoint(o.Endpoint+gcsAPIPath+"/"))
 		if strings.HasPrefix(o.Endpoint, "http://") {
 			opts = append(opts, option.WithoutAuthentication())
 		} else if err := s.authorize(ctx, hc); err != nil {
@@ -149,27 +192,41 @@ func gcsRetryable(err error) bool {
 // authorize puts Application Default Credentials on hc's requests, or says
 // in one line where they were looked for.
 func (s *gcsStore) authorize(ctx context.Context, hc *http.Client) error {
-	opts := []option.ClientOption{option.WithScopes(storage.ScopeFullControl)}
+	opts := []option.ClientOption{option.WithScopes(storage.ScopeFullControl),
+		// The newer auth library keeps the token endpoint's answer in the
+		// error chain (tokenFailure); the older one, chosen by default
+		// for a key file or the metadata server, flattens it to text.
+		internaloption.EnableNewAuthLibrary()}
+	s.cred = "Application Default Credentials (the metadata server or gcloud auth application-default login)"
+	if f := os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"); f != "" {
+		s.cred = "GOOGLE_APPLICATION_CREDENTIALS (" + f + ")"
+	}
 	if key := os.Getenv(gcsKeyEnv); key != "" {
 		// A service-account key given as content (a Kubernetes secret's
 		// value), kept off the disk and off any command line.
 		opts = append(opts, option.WithAuthCredentialsJSON(option.ServiceAccount, []byte(key)))
+		s.cred = gcsKeyEnv
 	}
-	rt, err := htransport.NewTransport(ctx, hc.Transport, opts...)
+	rt, err := htransport.NewTransport(ctx, sentTransport{rt: hc.Transport}, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("gs store %s: %w", s.name, ctx.Err())
 		}
 		return shortError{msg: fmt.Sprintf("no Google credentials for gs bucket %q (%s); set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (or "+gcsKeyEnv+" to its content), run under a service account (GCE metadata server, GKE Workload Identity), or run gcloud auth application-default login",
-			s.name, firstLine(err)), err: fmt.Errorf("%w: %w", ErrCredentials, err)}
+			s.name, errText(err)), err: fmt.Errorf("%w: %w", ErrCredentials, err)}
 	}
-	hc.Transport = rt
+	hc.Transport = authTransport{rt: rt}
 	return nil
 }
 
 // openError says what the bucket check's failure means and what to do.
 func (s *gcsStore) openError(ctx context.Context, err error) error {
 	var ge *googleapi.Error
+	if ctx.Err() == nil {
+		if terr := s.tokenFailure(err); terr != nil {
+			return fmt.Errorf("gs store: checking bucket %q: %w", s.name, terr)
+		}
+	}
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("gs store %s: %w", s.name, ctx.Err())
@@ -194,14 +251,17 @@ func (s *gcsStore) key(k string) string { return s.prefix + k }
 
 // flatten gives an SDK error one line, classified.
 func (s *gcsStore) flatten(err error) error {
+	if terr := s.tokenFailure(err); terr != nil {
+		return terr
+	}
 	if terr := transportError(s.endpoint, "SSL_CERT_FILE", err); terr != nil {
 		return terr
 	}
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
-		return err
+		return shortError{msg: errText(err), err: err}
 	}
-	msg := fmt.Sprintf("%s (HTTP %d)", cmp.Or(ge.Message, http.StatusText(ge.Code)), ge.Code)
+	msg := fmt.Sprintf("%s (HTTP %d)", cmp.Or(redactText(ge.Message), http.StatusText(ge.Code)), ge.Code)
 	switch {
 	case ge.Code == http.StatusNotImplemented:
 		err = fmt.Errorf("%w: %w", ErrUnsupported, err)
@@ -225,14 +285,14 @@ func (s *gcsStore) classify(ctx context.Context, op, key string, err error) erro
 	}
 	var sentinel error
 	switch {
+	case errors.Is(err, storage.ErrBucketNotExist): // before the 404 it also is
+		return fmt.Errorf("gs %s %s: bucket %q is gone: %w", op, key, s.name, ErrNotFound)
 	case errors.Is(err, storage.ErrObjectNotExist) || code == http.StatusNotFound:
 		sentinel = ErrNotFound
 	case code == http.StatusPreconditionFailed:
 		sentinel = ErrExists
 	case code == http.StatusRequestedRangeNotSatisfiable:
 		sentinel = ErrRange
-	case errors.Is(err, storage.ErrBucketNotExist):
-		return fmt.Errorf("gs %s %s: bucket %q is gone: %w", op, key, s.name, ErrNotFound)
 	}
 	if sentinel != nil {
 		return fmt.Errorf("gs %s %s: %w", op, key, sentinel)

@@ -1,11 +1,18 @@
 package store_test
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -177,5 +184,144 @@ func TestGCSKeyContent(t *testing.T) {
 	if !errors.Is(err, store.ErrCredentials) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "SECRET") ||
 		!strings.Contains(err.Error(), "GOOGLE_APPLICATION_CREDENTIALS_JSON") {
 		t.Fatalf("open with a broken key: %v; want ErrCredentials in one line naming the variable and not quoting it", err)
+	}
+}
+
+// serviceAccountKey writes a service-account key file whose token
+// endpoint is tokenURI and returns its path and content.
+func serviceAccountKey(t *testing.T, tokenURI string) (path, content string) {
+	t.Helper()
+	pk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "p", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "sa@p.iam.gserviceaccount.com", "client_id": "1", "token_uri": tokenURI,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "key.json")
+	if err := os.WriteFile(path, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, string(key)
+}
+
+// TestGCSTokenEndpointFailures (issue 55 item 11): a service-account key
+// whose token endpoint answers 400 invalid_grant (a revoked key) is
+// ErrCredentials naming the credential source and the fix, never
+// transient (a producer exits instead of waiting for a store that is not
+// down), and an unreachable token endpoint is named as such, not as the
+// storage endpoint. Both ways of giving the key (a file, the content).
+func TestGCSTokenEndpointFailures(t *testing.T) {
+	var asked atomic.Int32
+	tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`)
+	}))
+	defer tokens.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	t.Setenv("STORAGE_EMULATOR_HOST", "")
+	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
+	for _, asContent := range []bool{false, true} {
+		use := func(t *testing.T, tokenURI string) (source string) {
+			path, content := serviceAccountKey(t, tokenURI)
+			if asContent {
+				t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+				t.Setenv("GOOGLE_APPLICATION_CREDENTIALS_JSON", content)
+				return "GOOGLE_APPLICATION_CREDENTIALS_JSON"
+			}
+			t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
+			t.Setenv("GOOGLE_APPLICATION_CREDENTIALS_JSON", "")
+			return "GOOGLE_APPLICATION_CREDENTIALS"
+		}
+		t.Run(fmt.Sprintf("revoked,content=%v", asContent), func(t *testing.T) {
+			source := use(t, tokens.URL+"/token")
+			before := asked.Load()
+			_, err := store.Open(t.Context(), "gs://some-bucket/p")
+			t.Logf("open: %v", err)
+			if asked.Load() == before {
+				t.Fatalf("the token endpoint was never asked; the test proves nothing")
+			}
+			if !errors.Is(err, store.ErrCredentials) || store.Transient(err) || errors.Is(err, store.ErrUnreachable) {
+				t.Fatalf("open with a revoked key: %v; want ErrCredentials, not transient", err)
+			}
+			msg := err.Error()
+			for _, want := range []string{source, "invalid_grant", "token endpoint " + tokens.URL, "service-account key"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q does not name %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "\n") || strings.Contains(msg, "check the network") || strings.Contains(msg, "PRIVATE KEY") {
+				t.Errorf("message %q: want one line, not blaming the network, not quoting the key", msg)
+			}
+		})
+		t.Run(fmt.Sprintf("unreachable,content=%v", asContent), func(t *testing.T) {
+			use(t, "http://"+closed+"/token")
+			_, err := store.Open(t.Context(), "gs://some-bucket/p")
+			t.Logf("open: %v", err)
+			if !errors.Is(err, store.ErrUnreachable) || !strings.Contains(err.Error(), "token endpoint http://"+closed) ||
+				strings.Contains(err.Error(), "cannot reach GCS") || strings.Contains(err.Error(), "storage.googleapis.com") {
+				t.Fatalf("open with the token endpoint down: %v; want ErrUnreachable naming the token endpoint %s, not the storage endpoint", err, closed)
+			}
+		})
+	}
+}
+
+// TestGCSBucketDeletedWhileOpen (issue 55 item 6): a listing of a bucket
+// deleted under an open store says the bucket is gone, on
+// fake-gcs-server, not "object not found".
+func TestGCSBucketDeletedWhileOpen(t *testing.T) {
+	srv := gcstest.Start(t)
+	bucket := srv.NewBucket(t)
+	s, err := store.Open(t.Context(), srv.URL(bucket, "stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, srv.Endpoint+"/storage/v1/b/"+bucket, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("deleting bucket %s: %s", bucket, resp.Status)
+	}
+	_, _, err = s.List(t.Context(), "", "", 0)
+	t.Logf("list: %v", err)
+	if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), fmt.Sprintf("bucket %q is gone", bucket)) {
+		t.Fatalf("list of a deleted bucket: %v; want ErrNotFound saying bucket %q is gone", err, bucket)
+	}
+}
+
+// TestGCSEndpointWithAPIPath (issue 55 item 15): an endpoint= given with
+// the JSON API's path (which the client adds itself) is refused naming
+// the endpoint to give, not reported as a missing bucket.
+func TestGCSEndpointWithAPIPath(t *testing.T) {
+	srv := gcstest.Start(t)
+	bucket := srv.NewBucket(t)
+	for _, ep := range []string{srv.Endpoint + "/storage/v1/", srv.Endpoint + "/storage/v1"} {
+		_, err := store.Open(t.Context(), "gs://"+bucket+"/p?endpoint="+ep)
+		t.Logf("%s: %v", ep, err)
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "endpoint="+srv.Endpoint+")") || strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("endpoint=%s: %v; want ErrInvalid saying to give endpoint=%s", ep, err, srv.Endpoint)
+		}
 	}
 }

@@ -21,7 +21,7 @@ func transportError(at, caVar string, err error) error {
 		return shortError{msg: fmt.Sprintf("%s: %s", at, why), err: fmt.Errorf("%w: %w", ErrInvalid, err)}
 	}
 	if localLimit(err) {
-		return shortError{msg: fmt.Sprintf("no request sent to %s: %v; raise the open-file limit (ulimit -n, LimitNOFILE=)", at, err),
+		return shortError{msg: fmt.Sprintf("no request sent to %s: %s; raise the open-file limit (ulimit -n, LimitNOFILE=)", at, errText(err)),
 			err: fmt.Errorf("%w: %w", ErrLocal, err)}
 	}
 	if why, ok := unreachable(err); ok {
@@ -30,11 +30,23 @@ func transportError(at, caVar string, err error) error {
 	return nil
 }
 
+// errText is err's text fit for a message: its first line (some SDK
+// errors run to paragraphs), every URL in it redacted (redactText). Every
+// message that quotes a request error's text takes it from here.
+func errText(err error) string {
+	return redactText(firstLine(err))
+}
+
 // unreachable tells an error where no request got an answer (refused,
 // no route, no such host, TLS to a plain port, a timeout) or a connection
 // was lost while a body was read, and names the cause without the SDK's
-// wrapping: the innermost network error's text.
+// wrapping: the innermost network error's text, redacted.
 func unreachable(err error) (string, bool) {
+	why, ok := unreachableCause(err)
+	return redactText(why), ok
+}
+
+func unreachableCause(err error) (string, bool) {
 	var se *smithyhttp.RequestSendError
 	var ne net.Error
 	if !errors.As(err, &se) && !errors.As(err, &ne) {
@@ -71,7 +83,7 @@ func misconfigured(err error, caVar string) (string, bool) {
 	case errors.As(err, &unknownCA):
 		return "its TLS certificate is signed by an authority this machine does not trust; give the CA's certificate in " + caVar, true
 	case errors.As(err, &badHost):
-		return fmt.Sprintf("its TLS certificate does not name this host (%v); fix the host in endpoint=", badHost), true
+		return fmt.Sprintf("its TLS certificate does not name this host (%s); fix the host in endpoint=", redactText(badHost.Error())), true
 	}
 	return "", false
 }

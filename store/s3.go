@@ -296,7 +296,7 @@ func (s *s3Store) flatten(err error) error {
 	if errors.As(err, &ae) {
 		msg := ae.ErrorCode()
 		if m := ae.ErrorMessage(); m != "" && m != msg {
-			msg += ": " + m
+			msg += ": " + redactText(m)
 		}
 		var re *awshttp.ResponseError
 		if errors.As(err, &re) {
@@ -311,9 +311,9 @@ func (s *s3Store) flatten(err error) error {
 		return shortError{msg: msg, err: err}
 	}
 	if unavailable(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return shortError{msg: ErrUnavailable.Error() + ": " + errText(err), err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
 	}
-	return err
+	return shortError{msg: errText(err), err: err}
 }
 
 // unavailable tells an answer that says "not now": a 5xx status or one of
@@ -367,11 +367,34 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(key))})
-	if err != nil {
-		return nil, s.classify(ctx, "get", key, err)
+	return s.getObject(ctx, "get", key, 0, -1)
+}
+
+// getObject opens the n bytes of key at off (n < 0: all of the object),
+// resumed at the last byte received when a connection is lost
+// (resumeBody).
+func (s *s3Store) getObject(ctx context.Context, op, key string, off, n int64) (io.ReadCloser, error) {
+	var etag *string
+	open := func(off, n int64) (io.ReadCloser, error) {
+		in := &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(key)), IfMatch: etag}
+		switch {
+		case n > 0:
+			in.Range = aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+		case off > 0:
+			in.Range = aws.String(fmt.Sprintf("bytes=%d-", off))
+		}
+		out, err := s.client.GetObject(ctx, in)
+		if err != nil {
+			return nil, s.classify(ctx, op, key, err)
+		}
+		etag = out.ETag
+		return &body{c: s, ctx: ctx, op: op, key: key, rc: out.Body}, nil
 	}
-	return &body{c: s, ctx: ctx, op: "get", key: key, rc: out.Body}, nil
+	first, err := open(off, n)
+	if err != nil {
+		return nil, err
+	}
+	return resumable(ctx, first, aws.ToString(etag), off, n, open), nil
 }
 
 func (s *s3Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
@@ -384,17 +407,13 @@ func (s *s3Store) GetRangeStream(ctx context.Context, key string, off, n int64) 
 	if rc, done, err := rangeStart(ctx, s, key, off, n); done {
 		return rc, err
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
-		Bucket: &s.bucket,
-		Key:    aws.String(s.key(key)),
-		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
-	})
+	rc, err := s.getObject(ctx, "get range", key, off, n)
 	if err != nil {
-		return nil, s.classify(ctx, "get range", key, err)
+		return nil, err
 	}
 	// S3 answers a range that runs past the end with the bytes that exist:
 	// a short stream means the caller asked past the end.
-	return &exactReader{r: &body{c: s, ctx: ctx, op: "get range", key: key, rc: out.Body}, left: n, errLine: func(got int64) error {
+	return &exactReader{r: rc, left: n, errLine: func(got int64) error {
 		return fmt.Errorf("s3 get range %s [%d,%d): object ends after %d bytes: %w", key, off, off+n, off+got, ErrRange)
 	}}, nil
 }

@@ -215,8 +215,19 @@ func bucketURL(u *url.URL, bad func(why, fix string) error, what, scheme string)
 		return "", "", nil, bad("names no "+what, "use "+scheme+"://"+what+"/prefix")
 	}
 	query, err = url.ParseQuery(u.RawQuery)
-	if err != nil {
+	switch {
+	case err != nil && strings.Contains(u.RawQuery, ";") && scheme == "az":
+		// account=NAME;AccountKey=...: a connection string, key included.
+		return "", "", nil, bad("has ';' in its query, so it looks like it holds a connection string", azAccountFix)
+	case err != nil && strings.Contains(u.RawQuery, ";"):
+		return "", "", nil, bad("has ';' in its query", "separate parameters with '&'")
+	case err != nil:
 		return "", "", nil, bad("has a malformed query ("+err.Error()+")", "escape '%' as %25 in parameter values")
+	}
+	for k, vs := range query {
+		if len(vs) > 1 { // which one was meant cannot be known
+			return "", "", nil, bad(fmt.Sprintf("gives %s= %d times", k, len(vs)), "give each parameter once")
+		}
 	}
 	prefix = strings.Trim(u.Path, "/")
 	if prefix != "" && ValidateKey(prefix) != nil {
@@ -302,7 +313,13 @@ func Redact(raw string) string {
 		q := u.Query()
 		for k, vs := range q {
 			switch k {
-			case "region", "path-style", "part-size", "account":
+			case "region", "path-style", "part-size":
+			case "account":
+				for i, v := range vs {
+					if checkAzureAccount(v) != nil { // may be a key or a connection string
+						vs[i] = "xxxxx"
+					}
+				}
 			case "endpoint":
 				for i, v := range vs {
 					vs[i] = redactEndpoint(v)
@@ -314,6 +331,53 @@ func Redact(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+// redactText is msg with every URL in it fit to print: user info and the
+// whole query (a SAS, a signed URL's signature) become "xxxxx". Every
+// message built from a request error's text goes through it (errText):
+// the SDKs' errors quote the request URL, a SAS included.
+func redactText(msg string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, "://")
+		if i < 0 {
+			break
+		}
+		start := i
+		for start > 0 && schemeChar(msg[start-1]) {
+			start--
+		}
+		end := i + len("://")
+		for end < len(msg) && !strings.ContainsRune(" \t\r\n\"'`<>", rune(msg[end])) {
+			end++
+		}
+		b.WriteString(msg[:start])
+		b.WriteString(redactURLText(msg[start:end]))
+		msg = msg[end:]
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+func schemeChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+// redactURLText redacts one URL found in text, without url.Parse: a
+// secret holding '%' breaks the parse, not the leak. Anything up to the
+// last '@' before the query is taken for user info (a '/' in a password
+// would end the authority early).
+func redactURLText(u string) string {
+	scheme, rest, _ := strings.Cut(u, "://")
+	query := ""
+	if q := strings.IndexAny(rest, "?#"); q >= 0 {
+		rest, query = rest[:q], "?xxxxx"
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = "xxxxx" + rest[at:]
+	}
+	return scheme + "://" + rest + query
 }
 
 // redactEndpoint keeps an endpoint's scheme, host and path, which say

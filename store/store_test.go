@@ -294,3 +294,79 @@ func TestS3ConflictIsNotExists(t *testing.T) {
 		t.Fatalf("409 ConditionalRequestConflict: want ErrConflict only, got %v", err)
 	}
 }
+
+// TestQueryParameterTwice (issue 55 item 15): a parameter given twice in
+// a store URL is refused naming it, before any request, on every bucket
+// scheme; before, the last value was taken silently.
+func TestQueryParameterTwice(t *testing.T) {
+	t.Setenv("AZURE_STORAGE_KEY", "")
+	for _, c := range []struct{ url, param string }{
+		{"s3://bkt/p?endpoint=http://127.0.0.1:1&endpoint=http://127.0.0.1:2", "endpoint="},
+		{"s3://bkt/p?endpoint=http://127.0.0.1:1&region=us-east-1&region=eu-west-1", "region="},
+		{"gs://b-1/p?endpoint=http://127.0.0.1:1&endpoint=http://127.0.0.1:2", "endpoint="},
+		{"az://cont/p?account=acct1&endpoint=http://127.0.0.1:1&endpoint=http://127.0.0.1:2", "endpoint="},
+		{"az://cont/p?account=acct1&account=acct2&endpoint=http://127.0.0.1:1", "account="},
+	} {
+		_, err := store.Open(t.Context(), c.url)
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "gives "+c.param+" 2 times") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("open %q: %v; want one line of ErrInvalid naming %s given twice", c.url, err, c.param)
+		}
+	}
+}
+
+// TestBucketNameRules (issue 55 item 13): gs:// follows GCS's bucket
+// naming rules (underscores; up to 222 characters with dots, each part at
+// most 63) and az:// Azure's container rules, not S3's. Valid names open
+// (on a stub that answers the open's listing); invalid ones are usage
+// errors naming the rules.
+func TestBucketNameRules(t *testing.T) {
+	dotted := strings.Repeat("a", 40) + "." + strings.Repeat("b", 42) // 83
+	long := strings.Repeat(strings.Repeat("c", 63)+".", 3) + strings.Repeat("d", 30)
+	gsURL, _ := gcsStub(t, func(w http.ResponseWriter, r *http.Request, _ int) { w.WriteHeader(http.StatusNotFound) })
+	gsEndpoint := gsURL[strings.Index(gsURL, "?"):]
+	az := newAzStub(t, nil)
+	for _, c := range []struct {
+		scheme, name string
+		valid        bool
+	}{
+		{"gs", "my_bucket", true},
+		{"gs", dotted, true},
+		{"gs", long, true},
+		{"gs", "a-b.c_d", true},
+		{"gs", "abc", true},
+		{"gs", "ab", false},
+		{"gs", strings.Repeat("e", 64), false},
+		{"gs", strings.Repeat("e", 64) + ".ab", false},
+		{"gs", long + "dddddddddddddddddddddddddd", false}, // 223 and more
+		{"gs", "_abc", false},
+		{"gs", "abc_", false},
+		{"gs", "a..b", false},
+		{"gs", "My-bucket", false},
+		{"gs", "192.168.1.1", false},
+		{"gs", "goog-data", false},
+		{"gs", "my-google-data", false},
+		{"az", "abc", true},
+		{"az", "my-container-1", true},
+		{"az", strings.Repeat("f", 63), true},
+		{"az", "ab", false},
+		{"az", strings.Repeat("f", 64), false},
+		{"az", "my_container", false},
+		{"az", "my.container", false},
+		{"az", "a--b", false},
+		{"az", "-abc", false},
+		{"az", "abc-", false},
+		{"az", "Abc", false},
+	} {
+		u := "gs://" + c.name + "/p" + gsEndpoint
+		if c.scheme == "az" {
+			u = "az://" + c.name + "/p?account=devstoreaccount1&endpoint=" + az.URL
+		}
+		_, err := store.Open(t.Context(), u)
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%s://%s (%d characters) is valid there: %v", c.scheme, c.name, len(c.name), err)
+		case !c.valid && (!errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "names are")):
+			t.Errorf("%s://%s (%d characters) is invalid there: %v; want ErrInvalid naming the rules", c.scheme, c.name, len(c.name), err)
+		}
+	}
+}
