@@ -555,19 +555,14 @@ func (r *runner) holdBack(ctx context.Context) error {
 	logged := false
 	var fails *backoff.Backoff // while the check fails
 	var wait time.Duration
-	var denied time.Time // since when the store refuses the credentials
+	var denied txn.Refusal // as txn's own retries: expired credentials stay expired
 	for {
 		err := r.refreshLead(ctx)
 		if txn.Permanent(err) {
 			return err
 		}
-		if !errors.Is(err, store.ErrCredentials) {
-			denied = time.Time{}
-		} else if denied.IsZero() {
-			denied = time.Now()
-		} else if time.Since(denied) >= txn.CredentialsGrace {
-			// As txn's own retries: credentials that expired stay expired.
-			return fmt.Errorf("the store has refused these credentials for %s; restart with fresh ones: %w", txn.CredentialsGrace, err)
+		if derr := denied.Check(err); derr != nil {
+			return derr
 		}
 		if err != nil {
 			// The store is down or throttling: wait it out, holding uploads.
@@ -594,19 +589,7 @@ func (r *runner) holdBack(ctx context.Context) error {
 		if err := cmp.Or(r.p.Err(), r.p.FencedIn(r.leadState)); err != nil {
 			return err
 		}
-		// Heartbeats are aged by the store's clock (the log's), as gc does.
-		// Unmeasured, it could make a live consumer look dead (a machine an
-		// hour ahead): every heartbeat then holds, stale or not, until the
-		// clock is measured (store.Clock.Keep retries it).
-		stale := r.ConsumerTimeout
-		if err := r.Log.ClockErr(); err != nil {
-			stale = math.MaxInt64
-			if !r.clockWarned {
-				r.Logger.Warn("back-pressure counts every consumer's heartbeat as live until the store's clock is measured", "err", err)
-				r.clockWarned = true
-			}
-		}
-		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), stale)
+		base, who, ok := txn.LeadBase(r.leadState, r.consumers, r.Log.StoreTime(), r.staleAfter())
 		next := r.leadState.NextStep() + r.inFlight.Load()
 		lead := next - base
 		if !ok || lead <= r.MaxLead {
@@ -633,6 +616,23 @@ func (r *runner) holdBack(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// staleAfter is how old a heartbeat may be and still hold producers back.
+// Heartbeats are aged by the store's clock (the log's), as gc does.
+// Unmeasured, it could make a live consumer look dead (a machine an hour
+// ahead): every heartbeat then holds, stale or not, until the clock is
+// measured (store.Clock.Keep retries it).
+func (r *runner) staleAfter() time.Duration {
+	err := r.Log.ClockErr()
+	if err == nil {
+		return r.ConsumerTimeout
+	}
+	if !r.clockWarned {
+		r.Logger.Warn("back-pressure counts every consumer's heartbeat as live until the store's clock is measured", "err", err)
+		r.clockWarned = true
+	}
+	return math.MaxInt64
 }
 
 // consumerPoll bounds how often heartbeats (one GET per consumer) are
@@ -682,6 +682,10 @@ func (r *runner) maybeGC(ctx context.Context) {
 	}
 	if err != nil {
 		r.Logger.Warn("gc failed; will retry", "err", err)
+		return
+	}
+	if rep.Busy != nil {
+		r.Logger.Debug("gc: another gc is running", "holder", rep.Busy.Holder, "since", rep.Busy.Since)
 		return
 	}
 	if len(rep.HeldBy) > 0 {

@@ -18,7 +18,7 @@ type retryWait struct {
 	b       *backoff.Backoff
 	report  func(waiting bool, cause error)
 	waiting bool
-	denied  time.Time // when the store began refusing the credentials (zero: it is not)
+	denied  Refusal
 }
 
 // CredentialsGrace is how long txn retries a store that refuses its
@@ -55,7 +55,7 @@ func newRetryWait(ctx context.Context) *retryWait {
 // gives up, wrapping cause, once the store has refused the credentials
 // for CredentialsGrace.
 func (r *retryWait) wait(ctx context.Context, cause error) error {
-	if err := r.refused(cause); err != nil {
+	if err := r.denied.Check(cause); err != nil {
 		return err
 	}
 	if r.report != nil && !r.waiting {
@@ -65,20 +65,27 @@ func (r *retryWait) wait(ctx context.Context, cause error) error {
 	return r.b.Wait(ctx)
 }
 
-// refused tracks how long the store has refused the credentials, and
-// returns an error once it is CredentialsGrace.
-func (r *retryWait) refused(cause error) error {
-	if !errors.Is(cause, store.ErrCredentials) {
-		r.denied = time.Time{}
+// Refusal tracks, across the failures of one retry loop, how long the
+// store has refused the credentials. The zero value is ready.
+type Refusal struct {
+	since time.Time // zero while the store does not refuse them
+}
+
+// Check notes the outcome of an attempt (err nil or not) and returns an
+// error wrapping err once the store has refused the credentials
+// (store.ErrCredentials) for CredentialsGrace without a break.
+func (r *Refusal) Check(err error) error {
+	if !errors.Is(err, store.ErrCredentials) {
+		r.since = time.Time{}
 		return nil
 	}
-	if r.denied.IsZero() {
-		r.denied = time.Now()
+	if r.since.IsZero() {
+		r.since = time.Now()
 	}
-	if time.Since(r.denied) < CredentialsGrace {
+	if time.Since(r.since) < CredentialsGrace {
 		return nil
 	}
-	return fmt.Errorf("the store has refused these credentials for %s; restart with fresh ones: %w", CredentialsGrace, cause)
+	return fmt.Errorf("the store has refused these credentials for %s; restart with fresh ones: %w", CredentialsGrace, err)
 }
 
 // done ends the wait, if one was reported (deferred by each retry loop).

@@ -79,6 +79,9 @@ type GCReport struct {
 	// stream created inside this one's prefix): nothing under them is
 	// deleted.
 	ForeignStreams []string `json:"foreign_streams,omitempty"`
+	// Busy: another gc holds the lease (GCLeaseKey); this one did nothing
+	// and reports nothing.
+	Busy *GCBusy `json:"busy,omitempty"`
 }
 
 // ConsumerHolds returns the live consumers (Heartbeat.LiveAt now, the
@@ -113,7 +116,8 @@ func ReclaimTarget(st *State) (int64, bool) {
 }
 
 // GC runs the lifecycle in order, each phase idempotent and safe to run
-// from several processes at once:
+// from several processes at once (though one at a time holds the lease,
+// GCLeaseKey, and the others return a report that says only Busy):
 //
 //  1. reclaim: commit a reclamation record below ReclaimTarget (capped
 //     at the slowest live consumer unless Force): those steps leave every
@@ -148,6 +152,16 @@ func GC(ctx context.Context, l *Log, o GCOptions) (*GCReport, error) {
 	}
 	if o.Now == nil {
 		o.Now = l.StoreTime
+	}
+	if !o.DryRun {
+		release, busy, err := takeGCLease(ctx, l, o.Now)
+		if err != nil {
+			return nil, err
+		}
+		if busy != nil {
+			return &GCReport{Busy: busy}, nil
+		}
+		defer release()
 	}
 	g := &gcRun{l: l, GCOptions: o, rep: &GCReport{}}
 	st, err := l.Load(ctx)

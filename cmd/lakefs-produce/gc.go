@@ -97,6 +97,10 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	if o.JSON {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
+	if rep.Busy != nil {
+		fmt.Fprintf(stdout, "another gc is running (%s, since %s); it does what this one would: nothing done\n", rep.Busy.Holder, rep.Busy.Since.UTC().Format(time.RFC3339))
+		return nil
+	}
 	verb := "deleted"
 	if o.DryRun {
 		verb = "would delete"

@@ -186,13 +186,18 @@ func produce(ctx context.Context, o runOptions, stdout, stderr io.Writer) error 
 	if err == nil && summary.rejected > 0 {
 		return summary.err(filepath.Join(tree.Dir, stage.RejectedDir))
 	}
-	if errors.Is(err, stage.ErrPassDeadline) {
+	return runError(o, err)
+}
+
+// runError says what stopped run, for the errors that need more words
+// than their own.
+func runError(o runOptions, err error) error {
+	switch {
+	case errors.Is(err, stage.ErrPassDeadline):
 		return fmt.Errorf("run --once did not finish within --once-timeout %s: %w", o.OnceTimeout, err)
-	}
-	if txn.StreamChanged(err) {
+	case txn.StreamChanged(err):
 		return fmt.Errorf("run stopped: %w; its batches not committed stay staged, and run started again commits them to whatever stream is at --store then", err)
-	}
-	if errors.Is(err, txn.ErrFenced) {
+	case errors.Is(err, txn.ErrFenced):
 		return fmt.Errorf("producer %s was fenced: another process registered the same --producer-id; stop it, or give each producer its own id: %w", o.ProducerID, err)
 	}
 	return err
