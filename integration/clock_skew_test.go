@@ -36,16 +36,22 @@ func TestClockSkew(t *testing.T) {
 	mntRequireFUSE(t)
 	produce, _ := prdBins(t)
 	mountBin := mntBuildMount(t)
-	for name, newURL := range map[string]func(t *testing.T) string{
-		"file":      func(t *testing.T) string { u, _ := mntFileURL(t); return u },
-		"versitygw": func(t *testing.T) string { return startServer(t, "s3", false).NewBucketURL(t) },
-	} {
+	for name, newURL := range skewStores() {
 		t.Run(name, func(t *testing.T) {
 			c := &skewRun{produce: produce, mount: mountBin, url: newURL(t)}
 			c.setup(t)
 			c.liveReaderHoldsGC(t)
 			c.deadReaderStopsHolding(t)
 		})
+	}
+}
+
+// skewStores are the stores the clock tests run on, each a fresh stream
+// URL per call.
+func skewStores() map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"file":      func(t *testing.T) string { u, _ := mntFileURL(t); return u },
+		"versitygw": func(t *testing.T) string { return startServer(t, "s3", false).NewBucketURL(t) },
 	}
 }
 

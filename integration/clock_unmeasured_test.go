@@ -23,10 +23,7 @@ func TestGCUnmeasuredClock(t *testing.T) {
 	mntRequireFUSE(t)
 	produce, _ := prdBins(t)
 	mountBin := mntBuildMount(t)
-	for name, newURL := range map[string]func(t *testing.T) string{
-		"file":      func(t *testing.T) string { u, _ := mntFileURL(t); return u },
-		"versitygw": func(t *testing.T) string { return startServer(t, "s3", false).NewBucketURL(t) },
-	} {
+	for name, newURL := range skewStores() {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			c := &skewRun{produce: produce, mount: mountBin, url: newURL(t)}

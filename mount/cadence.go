@@ -209,6 +209,9 @@ func (f *follower) poll(ctx context.Context) (int, error) {
 		}
 		n++
 		seen := f.now()
+		if v.Void() {
+			continue // a deleted stream's record: no commit to learn the cadence from
+		}
 		f.cad.observe(v.Time, seen, 1)
 		if !f.cad.behind(seen) {
 			return n, nil

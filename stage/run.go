@@ -307,12 +307,14 @@ func (r *runner) loop(ctx context.Context) error {
 			}
 		}
 		if len(names) == 0 {
-			if err := r.idleFenceCheck(ctx); err != nil {
+			if err := r.fenceCheck(ctx); err != nil {
 				return err
 			}
 		}
 		if !r.Once {
-			r.maybeGC(ctx)
+			if err := r.maybeGC(ctx); err != nil {
+				return err
+			}
 		}
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
@@ -326,15 +328,15 @@ func (r *runner) loop(ctx context.Context) error {
 // per producer every so often.
 const fenceCheckEvery = 10 * time.Second
 
-// idleFenceCheck returns ErrFenced when a newer incarnation of this
-// producer registered while it had nothing to commit: its committer,
-// idle, would never learn it, and it would hold the staging directory's
+// fenceCheck returns ErrFenced when a newer incarnation of this producer
+// registered while it had nothing to commit, or was held back: its
+// committer, idle, would never learn it, and it would hold the staging directory's
 // lock from the next incarnation for as long as nothing is staged (a
 // rescheduled pod's old incarnation, its partition healed). Likewise it
 // returns txn.ErrStreamGone or ErrStreamReplaced when the stream was
 // deleted (and perhaps created again) at its URL. A store that cannot be
 // read is not a fence: the next check tries again.
-func (r *runner) idleFenceCheck(ctx context.Context) error {
+func (r *runner) fenceCheck(ctx context.Context) error {
 	if time.Since(r.fenceAt) < fenceCheckEvery {
 		return nil
 	}
@@ -604,7 +606,14 @@ func (r *runner) holdBack(ctx context.Context) error {
 			logged = true
 		}
 		r.event(BatchEvent{Waiting: why})
-		r.maybeGC(ctx)
+		// Held, nothing commits: only these checks learn that the stream
+		// was replaced (the new one's consumers may hold it for good).
+		if err := r.fenceCheck(ctx); err != nil {
+			return err
+		}
+		if err := r.maybeGC(ctx); err != nil {
+			return err
+		}
 		// Heartbeats move at most every few seconds (a mount writes its
 		// position when it moved and the head stands still, at most every
 		// --heartbeat-interval, default 10 s) and a reclaim is rare: while held,
@@ -671,22 +680,23 @@ func (r *runner) refreshLog(ctx context.Context) error {
 	return err
 }
 
-func (r *runner) maybeGC(ctx context.Context) {
+func (r *runner) maybeGC(ctx context.Context) error {
 	if r.GCEvery <= 0 || time.Since(r.lastGC) < r.GCEvery {
-		return
+		return nil
 	}
 	r.lastGC = time.Now()
 	rep, err := txn.GC(ctx, r.Log, txn.GCOptions{Grace: r.GCGrace, Logger: r.Logger})
-	if err != nil && ctx.Err() != nil {
-		return // stopped by a signal: not a failure; the next run's gc goes on
-	}
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // stopped by a signal: not a failure; the next run's gc goes on
+	case txn.StreamChanged(err):
+		return err // the stream is not this run's any more: run stops
+	case err != nil:
 		r.Logger.Warn("gc failed; will retry", "err", err)
-		return
-	}
-	if rep.Busy != nil {
+		return nil
+	case rep.Busy != nil:
 		r.Logger.Debug("gc: another gc is running", "holder", rep.Busy.Holder, "since", rep.Busy.Since)
-		return
+		return nil
 	}
 	if len(rep.HeldBy) > 0 {
 		r.Logger.Info("gc held back by live consumers", "allowed_below", *rep.AllowedBelow, "reclaimed_below", rep.HeldBy[0].Step,
@@ -696,6 +706,7 @@ func (r *runner) maybeGC(ctx context.Context) {
 		r.Logger.Info("gc", "reclaimed_steps", rep.ReclaimedSteps, "data_deleted", len(rep.DataDeleted),
 			"orphans", len(rep.Orphans), "log_deleted", rep.LogDeletedCount, "bytes", rep.Bytes)
 	}
+	return nil
 }
 
 // sameAsCommitted compares the staged batch name with what this producer

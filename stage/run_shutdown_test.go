@@ -46,6 +46,29 @@ func (s *logDown) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	return s.Store.Put(ctx, key, r, size)
 }
 
+// runWhileCommitWaits stages b000 and starts Run (o, on e's staging
+// directory, as producer p) over a store whose log creates fail once the
+// data is uploaded; it returns once the commit met the failing store,
+// with the channel Run's result comes on.
+func runWhileCommitWaits(t *testing.T, ctx context.Context, e *env, o stage.RunOptions) <-chan error {
+	t.Helper()
+	batch(t, e.staging, "b000")
+	down := &logDown{Store: e.store}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Store, o.Log, o.Tree, o.ProducerID, o.Poll = down, &txn.Log{Store: down, Config: e.log.Config}, tree, "p", 20*time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- stage.Run(ctx, o) }()
+	for deadline := time.Now().Add(30 * time.Second); down.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
+		}
+	}
+	return done
+}
+
 // TestSignalWhileStoreDownReturns (issue 43 item 6): a SIGTERM while the
 // commit of an appended batch waits for a store that is down ends Run
 // within its shutdown bound (before, the cleaner waited for the commit
@@ -53,28 +76,11 @@ func (s *logDown) Put(ctx context.Context, key string, r io.Reader, size int64) 
 // staged and a restart commits it exactly once.
 func TestSignalWhileStoreDownReturns(t *testing.T) {
 	e := newEnv(t)
-	batch(t, e.staging, "b000")
-	down := &logDown{Store: e.store}
-	tree, err := stage.Open(e.staging)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var waiting atomic.Bool
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	done := make(chan error, 1)
 	const bound = 2 * time.Second
-	go func() {
-		done <- stage.Run(ctx, stage.RunOptions{
-			Store: down, Log: &txn.Log{Store: down, Config: e.log.Config}, Tree: tree, ProducerID: "p",
-			Poll: 20 * time.Millisecond, ShutdownTimeout: bound, StoreWaiting: waiting.Store,
-		})
-	}()
-	for deadline := time.Now().Add(30 * time.Second); down.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
-		}
-	}
+	done := runWhileCommitWaits(t, ctx, e, stage.RunOptions{ShutdownTimeout: bound, StoreWaiting: waiting.Store})
 	// Issue 43 item 8: the gauge shows the commit's wait inside txn.
 	eventually(t, "lakefs_produce_store_waiting on while the commit waits", waiting.Load)
 	cancel()
@@ -231,25 +237,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // nor said anything until the store returned or a signal came.
 func TestOwnErrorWhileStoreDownReturns(t *testing.T) {
 	e := newEnv(t)
-	batch(t, e.staging, "b000")
-	down := &logDown{Store: e.store}
-	tree, err := stage.Open(e.staging)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
 	const bound = 2 * time.Second
-	go func() {
-		done <- stage.Run(t.Context(), stage.RunOptions{
-			Store: down, Log: &txn.Log{Store: down, Config: e.log.Config}, Tree: tree, ProducerID: "p",
-			Poll: 20 * time.Millisecond, ShutdownTimeout: bound,
-		})
-	}()
-	for deadline := time.Now().Add(30 * time.Second); down.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the commit never met the failing store (%d failed creates)", down.failed.Load())
-		}
-	}
+	done := runWhileCommitWaits(t, t.Context(), e, stage.RunOptions{ShutdownTimeout: bound})
 	if err := os.Rename(e.staging, e.staging+".gone"); err != nil {
 		t.Fatal(err)
 	}

@@ -334,6 +334,8 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 // round builds version v+1 from the state at v and tries to create it.
 func (c *committer) round(ctx context.Context) error {
 	c.roundAt = time.Now()
+	// The identity check before the create runs beside the probes.
+	checked := c.l.checkIdentityAsync(ctx, c.logger)
 	v, err := c.build(ctx)
 	if err != nil {
 		return err
@@ -347,7 +349,7 @@ func (c *committer) round(ctx context.Context) error {
 	}
 	c.attempts++
 	start := time.Now()
-	out, err := c.l.tryCommit(ctx, c.st, v, c.logger)
+	out, err := c.l.tryCommit(ctx, c.st, v, c.logger, checked)
 	if err != nil {
 		return err
 	}
@@ -377,7 +379,7 @@ func (c *committer) commitSolo(ctx context.Context) error {
 		return cmp.Or(err, c.saw(ctx, time.Now(), nil))
 	}
 	c.attempts++
-	out, err := c.l.tryCommit(ctx, c.st, v, c.logger)
+	out, err := c.l.tryCommit(ctx, c.st, v, c.logger, nil)
 	if err != nil {
 		return err
 	}

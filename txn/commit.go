@@ -23,8 +23,7 @@ const (
 //
 //	create _log/<v> ──ok──► confirm identity ─────────► committed (apply v)
 //	   │ ErrExists ──► read it: ours ──► confirm identity ► committed
-//	   │                        a deleted stream's ──► delete it, create again
-//	   │                        theirs ──► refresh st ─► lostRace
+//	   │                        theirs (or void) ──► refresh st ─► lostRace
 //	   │ other error (outcome unknown: 409, 5xx, lost response, timeout)
 //	   └──► read _log/<v> until the read succeeds:
 //	          absent ──► create again (same bytes)
@@ -34,10 +33,16 @@ const (
 // "ours" is decided by the version's Txn, which is random per commit.
 // Confirming identity (identity.go) reads _stream.json after the create:
 // a stream deleted or replaced meanwhile fails the commit with
-// ErrStreamGone or ErrStreamReplaced, and the version, created in no
-// stream of this process's, is deleted again. The state is refreshed in
-// place; on error it holds what was read so far.
-func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger) (outcome, error) {
+// ErrStreamGone or ErrStreamReplaced; the version, created in no stream of
+// this process's, stays there void. The state is refreshed in place; on
+// error it holds what was read so far.
+//
+// checked, if not nil, delivers the result of an identity check begun
+// before v was built (the combining committer overlaps it with its
+// probes); nil checks now. Either way nothing is created in a stream
+// that is no longer this process's, but in the moment between the check
+// and the create.
+func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger, checked <-chan error) (outcome, error) {
 	if v.Version != st.Version+1 {
 		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
 	}
@@ -52,6 +57,12 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 		if err != nil || n > 0 {
 			return lostRace, err
 		}
+	}
+	if checked == nil {
+		checked = l.checkIdentityAsync(ctx, log)
+	}
+	if err := <-checked; err != nil {
+		return 0, err
 	}
 	v.Stream = l.Config.StreamID
 	body := encode(v)
@@ -71,15 +82,6 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			if rerr == nil && got.Txn == v.Txn {
 				return l.created(ctx, st, got, started, log)
-			}
-			if errors.Is(rerr, errLeftover) {
-				if rerr = l.dropLeftover(ctx, v.Version, log); rerr == nil {
-					continue
-				}
-				if werr := bo.wait(ctx, rerr); werr != nil {
-					return 0, fmt.Errorf("commit %s: %w", key, werr)
-				}
-				continue
 			}
 			_, rerr = l.refreshRetry(ctx, st, log)
 			return lostRace, rerr
@@ -121,16 +123,10 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 // created settles a create of v (as stored) that succeeded at started:
 // committed once _stream.json still names this stream. A stream deleted
 // or replaced before the create landed makes it a version of no stream of
-// this process's: it is deleted again (it is this writer's own) and the
-// commit fails with ErrStreamGone or ErrStreamReplaced.
+// this process's (void to the stream now there): the commit fails with
+// ErrStreamGone or ErrStreamReplaced.
 func (l *Log) created(ctx context.Context, st *State, v *Version, started time.Time, log *slog.Logger) (outcome, error) {
 	if err := l.confirmIdentity(ctx, log); err != nil {
-		if StreamChanged(err) {
-			key := VersionKey(v.Version)
-			if derr := l.Store.Delete(context.WithoutCancel(ctx), key); derr != nil {
-				log.Error("a version written after the stream was deleted could not be deleted; delete it by hand", "key", key, "err", derr)
-			}
-		}
 		return 0, err
 	}
 	st.seenHead = started
@@ -181,7 +177,7 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 		if v.Txn == "" {
 			v.Txn = randomID()
 		}
-		out, err := l.tryCommit(ctx, st, v, log)
+		out, err := l.tryCommit(ctx, st, v, log, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -158,6 +158,10 @@ type Version struct {
 	// (identity.go). Absent in records of builds before it.
 	Stream string `json:"stream,omitempty"`
 
+	// void: a record of a deleted stream in this stream's log
+	// (identity.go): it takes its version number and changes nothing.
+	void bool
+
 	// Register bumps Writer.Producer's epoch to Writer.Epoch.
 	Register *Register `json:"register,omitempty"`
 	// TGBs added, with their assigned steps, in step order. Each TGB's seq
@@ -180,6 +184,10 @@ type Version struct {
 	// Config changes the stream's mutable settings.
 	Config *ConfigChange `json:"config,omitempty"`
 }
+
+// Void reports a record of a deleted stream read in this stream's log: it
+// takes its version number and changes nothing (identity.go).
+func (v *Version) Void() bool { return v.void }
 
 // Writer names who wrote a version. Producer is empty for administrative
 // versions (checkpoints, reclamation, config).

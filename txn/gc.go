@@ -199,8 +199,14 @@ func (g *gcRun) progress(phase string, n int) {
 }
 
 // deleteKeys deletes keys for phase, counting them as not deleted when the
-// delete fails (a rerun deletes them).
+// delete fails (a rerun deletes them). Each batch first checks that the
+// stream is still the one gc read: keys of a stream created since at its
+// URL may have the same names (identity.go).
 func (g *gcRun) deleteKeys(ctx context.Context, keys []string) error {
+	if err := g.l.CheckIdentity(ctx); err != nil {
+		g.rep.NotDeleted += len(keys)
+		return err
+	}
 	if err := g.l.Store.Delete(ctx, keys...); err != nil {
 		g.rep.NotDeleted += len(keys)
 		return err

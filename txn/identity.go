@@ -19,15 +19,18 @@ import (
 //
 //   - stamps it on every version it writes (Version.Stream), so a reader
 //     holding another id never applies that version (ReadVersion);
-//   - confirms, after a version of its is created and before it acts on a
-//     version that commits its TGBs (removing staged batches), that
-//     _stream.json still names its id (CheckIdentity): a create after the
-//     deletion lands in nobody's stream or in the new one, and the
-//     confirmation, made after it, tells. A version a process created in
-//     another stream is deleted by it at once (it is its own, by its Txn);
-//   - a committer of the new stream that finds such a version in its way
-//     (its writer died before deleting it) deletes it: it names a stream
-//     that is not at this URL, so nobody can hold it.
+//   - confirms that _stream.json still names its id (CheckIdentity)
+//     before it creates a version, after the create (a create that raced
+//     the deletion landed in nobody's stream or in the new one, and the
+//     confirmation, made after it, tells) and before it acts on a version
+//     that commits its TGBs (removing staged batches);
+//   - a record of another stream found in a stream whose _stream.json is
+//     the reader's own (a process of the deleted stream created it in the
+//     moment before its confirmation) is void: it takes its version number
+//     and changes nothing, for every reader alike (Version.Void). Nobody
+//     deletes it: a delete racing a committer that took the number would
+//     delete a committed version, and readers that had skipped it would
+//     miss the one created in its place.
 //
 // A process that learns its stream is gone or replaced stops (ErrStreamGone,
 // ErrStreamReplaced): a producer with its batches still staged, a mount
@@ -40,12 +43,6 @@ var ErrStreamReplaced = errors.New("the stream was replaced by another at its UR
 // ErrStreamGone: the stream this process opened has no _stream.json any
 // more: it was deleted.
 var ErrStreamGone = errors.New("the stream is gone from its URL")
-
-// errLeftover is a version record stamped with another stream's id in the
-// stream this process holds: written by a process of a deleted stream
-// before it learned. It is no version of this stream (readers see it as
-// absent; a committer deletes it).
-var errLeftover = fmt.Errorf("a version record of a deleted stream: %w", store.ErrNotFound)
 
 // CheckIdentity reads _stream.json and returns nil when it still names the
 // stream this Log opened, ErrStreamGone or ErrStreamReplaced (with what to
@@ -86,25 +83,22 @@ func (l *Log) confirmIdentity(ctx context.Context, log *slog.Logger) error {
 	}
 }
 
-// foreign handles a record (or snapshot) stamped with stream id other than
-// this Log's: ErrStreamGone or ErrStreamReplaced when this process's stream
-// is no longer at its URL, else errLeftover.
-func (l *Log) foreign(ctx context.Context, key, other string) error {
-	if err := l.CheckIdentity(ctx); err != nil {
-		return err
-	}
-	return fmt.Errorf("%s belongs to stream %s, not %s: %w", key, other, l.Config.StreamID, errLeftover)
+// checkIdentityAsync runs confirmIdentity in the background; its result
+// arrives on the channel returned (buffered: nobody need read it).
+func (l *Log) checkIdentityAsync(ctx context.Context, log *slog.Logger) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- l.confirmIdentity(ctx, log) }()
+	return ch
 }
 
-// dropLeftover deletes version v when it is a record of a deleted stream
-// (errLeftover): it blocks this stream's version v, and nobody holds it.
-func (l *Log) dropLeftover(ctx context.Context, v uint64, log *slog.Logger) error {
-	key := VersionKey(v)
-	log.Warn("deleting a version record of a deleted stream in this stream's log", "key", key)
-	if err := l.Store.Delete(ctx, key); err != nil {
-		return fmt.Errorf("deleting %s, a record of a deleted stream: %w", key, err)
+// foreign handles a record stamped with stream id other than this Log's:
+// ErrStreamGone or ErrStreamReplaced when this process's stream is no
+// longer at its URL, else a void version v.
+func (l *Log) foreign(ctx context.Context, v uint64) (*Version, error) {
+	if err := l.CheckIdentity(ctx); err != nil {
+		return nil, err
 	}
-	return nil
+	return &Version{Version: v, void: true}, nil
 }
 
 // Permanent reports an error reading or writing the log that no retry

@@ -256,6 +256,9 @@ func (l *Log) readSnapshot(ctx context.Context, v uint64) (*State, error) {
 }
 
 // ReadVersion reads and decodes version v; a missing one is ErrNotFound.
+// A record of a deleted stream is a void version (Version.Void), or
+// ErrStreamGone or ErrStreamReplaced when this Log's stream is the one no
+// longer at its URL (identity.go).
 func (l *Log) ReadVersion(ctx context.Context, v uint64) (*Version, error) {
 	key := VersionKey(v)
 	b, err := readBounded(ctx, l.Store, key, maxRecordBytes)
@@ -268,7 +271,7 @@ func (l *Log) ReadVersion(ctx context.Context, v uint64) (*Version, error) {
 	ver, err := DecodeVersion(b, v, &l.Config)
 	var other foreignStream
 	if errors.As(err, &other) {
-		return nil, l.foreign(ctx, key, other.id)
+		return l.foreign(ctx, v)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
@@ -426,9 +429,11 @@ func (l *Log) loadNewest(ctx context.Context, from uint64) (*State, error) {
 
 // WriteSnapshot stores the state as the snapshot of its version and moves
 // the hint forward. Both writes are idempotent: a snapshot's content is a
-// function of its version, and a stale hint is tolerated by readers.
+// function of its version (so it is created once, create-if-absent, and a
+// process of a deleted stream cannot overwrite the new stream's), and a
+// stale hint is tolerated by readers.
 func (l *Log) WriteSnapshot(ctx context.Context, st *State) error {
-	if err := store.PutBytes(ctx, l.Store, SnapshotKey(st.Version), encode(st)); err != nil {
+	if err := store.CreateBytes(ctx, l.Store, SnapshotKey(st.Version), encode(st)); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("writing snapshot %s: %w", SnapshotKey(st.Version), err)
 	}
 	if err := store.PutBytes(ctx, l.Store, HintKey, []byte(strconv.FormatUint(st.Version, 10)+"\n")); err != nil {

@@ -405,7 +405,9 @@ func (p *Producer) upload(ctx context.Context, seq uint64, b Batch, nonce string
 			}
 			err = rerr
 		}
-		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || StreamChanged(err) || ctx.Err() != nil {
+		// A corrupt object at this producer's own key is damage no retry
+		// cures.
+		if errors.Is(err, ErrSource) || errors.Is(err, store.ErrInvalid) || errors.Is(err, ErrCorrupt) || StreamChanged(err) || ctx.Err() != nil {
 			return nil, fmt.Errorf("uploading %s: %w", key, err)
 		}
 		p.logger.Warn("upload failed; retrying", "key", key, "err", err)

@@ -149,6 +149,10 @@ func (s *State) Apply(v *Version) error {
 	if v.Version != s.Version+1 {
 		return fmt.Errorf("%w: version %d follows state version %d", ErrCorrupt, v.Version, s.Version)
 	}
+	if v.void {
+		s.Version = v.Version // a deleted stream's record: its number, nothing else
+		return nil
+	}
 	if err := s.check(v); err != nil {
 		return fmt.Errorf("%w: version %d: %v", ErrCorrupt, v.Version, err)
 	}

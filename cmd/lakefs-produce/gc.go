@@ -72,7 +72,7 @@ func gc(ctx context.Context, o gcOptions, stdout, stderr io.Writer) error {
 	}
 	l, err := openLog(ctx, o.Store)
 	if err != nil {
-		return err
+		return stoppedAtStart(ctx, err)
 	}
 	// Every age gc judges (heartbeats, the grace period, the log
 	// retention) is by the store's clock; txn.GC refuses to run by an

@@ -101,6 +101,18 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 }
 
 // openLog opens the stream at url.
+// stoppedAtStart is nil for an error that a signal (ctx ended) caused while
+// a command waited for the store at start: a clean stop, exit 0, as
+// `run` stops; any other error as it is. Only for commands whose stop
+// loses nothing (status, gc before it decided anything): an interrupted
+// verify or checkpoint must not read as a success.
+func stoppedAtStart(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
 func openLog(ctx context.Context, url string) (*txn.Log, error) {
 	s, err := openStore(ctx, url)
 	if err != nil {

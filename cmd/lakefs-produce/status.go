@@ -46,7 +46,7 @@ func statusCommand() *cli.Command {
 func status(ctx context.Context, o statusOptions, stdout io.Writer) error {
 	l, err := openLog(ctx, o.Store)
 	if err != nil {
-		return err
+		return stoppedAtStart(ctx, err)
 	}
 	// Which consumers are live, and whether gc is held, is judged by the
 	// store's clock. Measuring it writes (and deletes) one probe object;

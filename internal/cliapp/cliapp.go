@@ -1,8 +1,8 @@
 // Package cliapp runs a urfave/cli App the way every Lakestream command
 // with subcommands does: errors are one line on stderr prefixed with the
 // command's name, usage errors (flagval.ErrUsage, bad flags, an unknown
-// subcommand) exit 2, a stop by a signal on the context 0, anything else
-// 1, and an ExitCode passes a status through that was already reported.
+// subcommand) exit 2, anything else 1, and an ExitCode passes a status
+// through that was already reported.
 package cliapp
 
 import (
@@ -37,13 +37,6 @@ func Run(ctx context.Context, app *cli.App, args []string, stderr io.Writer) int
 		c.OnUsageError = app.OnUsageError
 	}
 	err := app.RunContext(ctx, args)
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		// Stopped by a signal (SIGINT, SIGTERM on ctx) before it was done,
-		// such as while waiting for a store at start: a clean stop, as the
-		// commands' help says. A command with something to say about what
-		// the stop left (gc after its reclamation) returns its own error.
-		err = nil
-	}
 	if err == nil {
 		if len(args) > 1 && app.Command(args[1]) == nil && !strings.HasPrefix(args[1], "-") {
 			return 2 // CommandNotFound already said why
