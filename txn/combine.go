@@ -90,6 +90,7 @@ type committer struct {
 	lostHelps int        // races lost by helping since this committer last created a version
 	errs      *retryWait // between failed version reads; nil after a success
 	confirmed uint64     // the newest version read or created before _stream.json last named this stream
+	checkedAt time.Time  // when the last identity check that passed began
 
 	depth  map[string]depth    // tail reads per producer per round
 	active map[string]activity // what a producer's state was, and since when
@@ -334,8 +335,7 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 // round builds version v+1 from the state at v and tries to create it.
 func (c *committer) round(ctx context.Context) error {
 	c.roundAt = time.Now()
-	// The identity check before the create runs beside the probes.
-	checked := c.l.checkIdentityAsync(ctx, c.logger)
+	checked := c.preCheck(ctx)
 	v, err := c.build(ctx)
 	if err != nil {
 		return err
@@ -371,6 +371,31 @@ func (c *committer) round(ctx context.Context) error {
 	return c.saw(ctx, now, v)
 }
 
+// identityFresh is how recent an identity check that passed must be for a
+// committer to create a version without a new one: a busy producer
+// confirms after each version that completes its TGBs, which then serves
+// as the check before its next create.
+const identityFresh = 250 * time.Millisecond
+
+// preCheck is the identity check before a create (tryCommit's checked):
+// nothing when one passed within identityFresh, else one begun now, beside
+// the probes, whose result the returned func waits for.
+func (c *committer) preCheck(ctx context.Context) func() error {
+	if time.Since(c.checkedAt) < identityFresh {
+		return func() error { return nil }
+	}
+	began := time.Now()
+	ch := make(chan error, 1)
+	go func() { ch <- c.l.confirmIdentity(ctx, c.logger) }()
+	return func() error {
+		err := <-ch
+		if err == nil {
+			c.checkedAt = began
+		}
+		return err
+	}
+}
+
 // commitSolo commits the producer's own queue alone (format 2 streams,
 // and the naive baseline with one TGB per version).
 func (c *committer) commitSolo(ctx context.Context) error {
@@ -379,7 +404,7 @@ func (c *committer) commitSolo(ctx context.Context) error {
 		return cmp.Or(err, c.saw(ctx, time.Now(), nil))
 	}
 	c.attempts++
-	out, err := c.l.tryCommit(ctx, c.st, v, c.logger, nil)
+	out, err := c.l.tryCommit(ctx, c.st, v, c.logger, c.preCheck(ctx))
 	if err != nil {
 		return err
 	}
@@ -397,18 +422,16 @@ func (c *committer) commitSolo(ctx context.Context) error {
 // (created by this committer when created is not nil): the interval
 // between versions, the producer's completed TGBs and what it reports.
 // TGBs complete only once the stream's identity was confirmed after the
-// version committing them was read (a create confirms its own): a version
-// read after the stream was replaced may be a deleted stream's leftover.
+// version committing them was created or read: a create may have raced
+// the stream's deletion (tryCommit).
 func (c *committer) saw(ctx context.Context, now time.Time, created *Version) error {
 	st := c.st
-	if created != nil {
-		c.confirmed = st.Version // tryCommit confirmed it
-	}
 	if c.confirmed < st.Version && c.p.completes(st) {
+		began := time.Now()
 		if err := c.l.confirmIdentity(ctx, c.logger); err != nil {
 			return err
 		}
-		c.confirmed = st.Version
+		c.confirmed, c.checkedAt = st.Version, began
 	}
 	if n := st.Version - c.seenVer; n > 0 {
 		// The records' times, not when this committer happened to read

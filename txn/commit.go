@@ -21,28 +21,27 @@ const (
 // tryCommit makes one attempt to append v (built from st, so v.Version ==
 // st.Version+1) to the log:
 //
-//	create _log/<v> ──ok──► confirm identity ─────────► committed (apply v)
-//	   │ ErrExists ──► read it: ours ──► confirm identity ► committed
+//	check identity ─► create _log/<v> ──ok───────────► committed (apply v)
+//	   │ ErrExists ──► read it: ours ─────────────────► committed
 //	   │                        theirs (or void) ──► refresh st ─► lostRace
 //	   │ other error (outcome unknown: 409, 5xx, lost response, timeout)
 //	   └──► read _log/<v> until the read succeeds:
 //	          absent ──► create again (same bytes)
-//	          ours   ──► confirm identity ─────────────► committed
+//	          ours   ──────────────────────────────────► committed
 //	          theirs ──► refresh st ───────────────────► lostRace
 //
-// "ours" is decided by the version's Txn, which is random per commit.
-// Confirming identity (identity.go) reads _stream.json after the create:
-// a stream deleted or replaced meanwhile fails the commit with
-// ErrStreamGone or ErrStreamReplaced; the version, created in no stream of
-// this process's, stays there void. The state is refreshed in place; on
-// error it holds what was read so far.
+// "ours" is decided by the version's Txn, which is random per commit. The
+// state is refreshed in place; on error it holds what was read so far.
 //
-// checked, if not nil, delivers the result of an identity check begun
+// checked, if not nil, waits for the identity check the caller made
 // before v was built (the combining committer overlaps it with its
-// probes); nil checks now. Either way nothing is created in a stream
-// that is no longer this process's, but in the moment between the check
-// and the create.
-func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger, checked <-chan error) (outcome, error) {
+// probes, or knows a recent one); nil checks now. Either way nothing is
+// created in a stream that is no longer this process's, but in the moment
+// between the check and the create. A create that raced a deletion landed
+// in nobody's stream or in the new one (void there): committed is said
+// before anyone acts on it only after the identity is confirmed again
+// (Log.Commit; the committer before its TGBs complete, committer.saw).
+func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Logger, checked func() error) (outcome, error) {
 	if v.Version != st.Version+1 {
 		return 0, fmt.Errorf("internal: commit of version %d on state %d", v.Version, st.Version)
 	}
@@ -59,9 +58,9 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 		}
 	}
 	if checked == nil {
-		checked = l.checkIdentityAsync(ctx, log)
+		checked = func() error { return l.confirmIdentity(ctx, log) }
 	}
-	if err := <-checked; err != nil {
+	if err := checked(); err != nil {
 		return 0, err
 	}
 	v.Stream = l.Config.StreamID
@@ -73,7 +72,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 		started := l.now()
 		err := store.CreateBytes(ctx, l.Store, key, body)
 		if err == nil {
-			return l.created(ctx, st, v, started, log)
+			return l.created(st, v, started)
 		}
 		if errors.Is(err, store.ErrExists) {
 			// Lost, or won by an earlier attempt of this very create whose
@@ -81,7 +80,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			// answers 412): the version says which.
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			if rerr == nil && got.Txn == v.Txn {
-				return l.created(ctx, st, got, started, log)
+				return l.created(st, got, started)
 			}
 			_, rerr = l.refreshRetry(ctx, st, log)
 			return lostRace, rerr
@@ -98,7 +97,7 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 			got, rerr := l.ReadVersion(ctx, v.Version)
 			switch {
 			case rerr == nil && got.Txn == v.Txn:
-				return l.created(ctx, st, got, started, log)
+				return l.created(st, got, started)
 			case rerr == nil:
 				_, rerr = l.refreshRetry(ctx, st, log)
 				return lostRace, rerr
@@ -120,15 +119,8 @@ func (l *Log) tryCommit(ctx context.Context, st *State, v *Version, log *slog.Lo
 	}
 }
 
-// created settles a create of v (as stored) that succeeded at started:
-// committed once _stream.json still names this stream. A stream deleted
-// or replaced before the create landed makes it a version of no stream of
-// this process's (void to the stream now there): the commit fails with
-// ErrStreamGone or ErrStreamReplaced.
-func (l *Log) created(ctx context.Context, st *State, v *Version, started time.Time, log *slog.Logger) (outcome, error) {
-	if err := l.confirmIdentity(ctx, log); err != nil {
-		return 0, err
-	}
+// created applies v (as stored), created at started.
+func (l *Log) created(st *State, v *Version, started time.Time) (outcome, error) {
 	st.seenHead = started
 	return committed, st.Apply(v)
 }
@@ -182,6 +174,11 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 			return nil, err
 		}
 		if out == committed {
+			// Not done before _stream.json is read again: a create that
+			// raced the stream's deletion is in no stream of this one's.
+			if err := l.confirmIdentity(ctx, log); err != nil {
+				return nil, err
+			}
 			l.maybeSnapshot(ctx, st, log)
 			return v, nil
 		}
@@ -197,6 +194,12 @@ func (l *Log) Commit(ctx context.Context, st *State, build func(st *State) (*Ver
 // reads, so it is logged, not returned.
 func (l *Log) maybeSnapshot(ctx context.Context, st *State, log *slog.Logger) {
 	if st.Version%l.Config.SnapshotEvery != 0 {
+		return
+	}
+	if err := l.CheckIdentity(ctx); err != nil {
+		// A snapshot of a version that raced the stream's deletion would be
+		// another stream's in the new one; the commit's own check says why.
+		log.Warn("snapshot not written", "version", st.Version, "err", err)
 		return
 	}
 	if err := l.WriteSnapshot(ctx, st); err != nil {

@@ -29,3 +29,7 @@ func RegisterForTest(ctx context.Context, l *Log, producer string) (uint64, erro
 	}
 	return v.Writer.Epoch, nil
 }
+
+// IdentityFresh is how recent a passed identity check lets a committer
+// create without a new one.
+const IdentityFresh = identityFresh

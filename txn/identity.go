@@ -83,14 +83,6 @@ func (l *Log) confirmIdentity(ctx context.Context, log *slog.Logger) error {
 	}
 }
 
-// checkIdentityAsync runs confirmIdentity in the background; its result
-// arrives on the channel returned (buffered: nobody need read it).
-func (l *Log) checkIdentityAsync(ctx context.Context, log *slog.Logger) <-chan error {
-	ch := make(chan error, 1)
-	go func() { ch <- l.confirmIdentity(ctx, log) }()
-	return ch
-}
-
 // foreign handles a record stamped with stream id other than this Log's:
 // ErrStreamGone or ErrStreamReplaced when this process's stream is no
 // longer at its URL, else a void version v.
