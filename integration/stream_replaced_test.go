@@ -141,7 +141,7 @@ func srWithStream(t *testing.T, bin, mbin, url string, wipe func()) {
 		t.Fatal(err)
 	}
 	if len(entries) != len(oldBatches) {
-		t.Errorf("the old mount lists %d steps, want its %d: it took the new stream's versions", len(entries), len(oldBatches))
+		t.Errorf("the old mount lists %d steps, want its %d: it took the new stream's versions\nold producer:\n%s\nmount:\n%s", len(entries), len(oldBatches), old.tail(), m.stderr)
 	}
 	for n, b := range oldBatches {
 		srCheckStep(t, mnt, n, b, false)

@@ -371,17 +371,20 @@ func (c *committer) round(ctx context.Context) error {
 	return c.saw(ctx, now, v)
 }
 
-// identityFresh is how recent an identity check that passed must be for a
-// committer to create a version without a new one: a busy producer
-// confirms after each version that completes its TGBs, which then serves
-// as the check before its next create.
-const identityFresh = 250 * time.Millisecond
+// identityFresh bounds how recent an identity check that passed must be
+// for a committer to create a version without a new one: two store round
+// trips (a busy producer confirms after each version that completes its
+// TGBs, and that check serves before its next create), at most
+// identityFresh. Longer, and a stream deleted and created again by a quick
+// script would get a record of the old one's (void there, but read by the
+// old stream's mounts).
+const identityFresh = 100 * time.Millisecond
 
 // preCheck is the identity check before a create (tryCommit's checked):
-// nothing when one passed within identityFresh, else one begun now, beside
-// the probes, whose result the returned func waits for.
+// nothing when one passed within two round trips, else one begun now,
+// beside the probes, whose result the returned func waits for.
 func (c *committer) preCheck(ctx context.Context) func() error {
-	if time.Since(c.checkedAt) < identityFresh {
+	if time.Since(c.checkedAt) < min(2*c.rtt.or(defaultRTT), identityFresh) {
 		return func() error { return nil }
 	}
 	began := time.Now()
