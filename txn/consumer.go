@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -70,8 +71,11 @@ func HeartbeatKey(nodeID string) string { return ConsumerDir + nodeID + ".json" 
 const ConsumerTimeout = 3 * time.Minute
 
 // Consumers reads the mounts' heartbeats, sorted by node id, each with
-// its Last-Modified from the listing (Heartbeat.Modified). Unreadable
-// heartbeats are skipped: a consumer must never stop a producer.
+// its Last-Modified from the listing (Heartbeat.Modified). A heartbeat
+// deleted meanwhile or that is not one (too big, not JSON) is skipped: a
+// consumer must never stop a producer. One the store fails to return is
+// an error, as the listing's is: skipped, it would let gc reclaim under a
+// live reader (found by the simulation, sim.TestSimRegressions).
 func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
 	var out []Heartbeat
 	err := store.Walk(ctx, s, ConsumerDir, "", func(o store.Info) error {
@@ -79,8 +83,11 @@ func Consumers(ctx context.Context, s store.Store) ([]Heartbeat, error) {
 			return nil
 		}
 		b, err := readBounded(ctx, s, o.Key, maxHeartbeatBytes)
-		if err != nil {
-			return nil // deleted meanwhile, or not a heartbeat
+		switch {
+		case errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrCorrupt):
+			return nil // deleted meanwhile (a mount that stopped), or not a heartbeat
+		case err != nil:
+			return fmt.Errorf("reading %s: %w", o.Key, err)
 		}
 		var h Heartbeat
 		if json.Unmarshal(b, &h) == nil && h.NodeID != "" {

@@ -816,6 +816,49 @@ func TestGCHeldByLiveConsumer(t *testing.T) {
 	}
 }
 
+// TestGCHeldWhenAHeartbeatCannotBeRead: a heartbeat the store lists but
+// fails to return (a 503 on its GET) is an error for gc, which reclaims
+// nothing, not a consumer gone: before, it was skipped and gc reclaimed
+// below the checkpoint under a reader live a second ago (found by the
+// simulation, seed 451). Once it reads, it holds at the reader.
+func TestGCHeldWhenAHeartbeatCannotBeRead(t *testing.T) {
+	s := &failingGets{Store: store.NewMem(), prefix: txn.ConsumerDir}
+	l := newLog(t, s, txn.CreateOptions{Ranks: 1, RetainCheckpoints: 1})
+	gcProduce(t, l, "p", 10)
+	gcCheckpoints(t, l, 8) // allows reclaiming below 9
+	step := int64(3)
+	b, _ := json.Marshal(txn.Heartbeat{NodeID: "reader", Step: &step, Time: time.Now()})
+	if err := store.PutBytes(t.Context(), s, txn.HeartbeatKey("reader"), b); err != nil {
+		t.Fatal(err)
+	}
+	s.failing.Store(true)
+	rep, err := txn.GC(t.Context(), l, gcAt(0))
+	if !store.Transient(err) {
+		t.Fatalf("gc with the heartbeat unreadable: %+v, %v; want a transient error", rep, err)
+	}
+	if st := txntest.Load(t, l); st.LiveFrom != 0 {
+		t.Fatalf("live from %d: gc reclaimed under a reader whose heartbeat it could not read", st.LiveFrom)
+	}
+	s.failing.Store(false)
+	if rep := gcRun(t, l, gcAt(0)); rep.ReclaimedBelow != 3 {
+		t.Fatalf("gc once the heartbeat reads: %+v; want reclaimed below 3, the reader's step", rep)
+	}
+}
+
+// failingGets fails every Get under prefix with a 503 while failing is set.
+type failingGets struct {
+	store.Store
+	prefix  string
+	failing atomic.Bool
+}
+
+func (s *failingGets) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if s.failing.Load() && strings.HasPrefix(key, s.prefix) {
+		return nil, fmt.Errorf("get %s: SlowDown (HTTP 503): %w", key, store.ErrUnavailable)
+	}
+	return s.Store.Get(ctx, key)
+}
+
 // TestCheckpointSaysWhatItRecorded: with checkpoints [8 14 18 19] and steps
 // live from 15, a checkpoint at 12 (reclaimed past) is refused with
 // ErrReclaimed, one at 3 too, one at 14 or 19 is "already", and none of
