@@ -20,6 +20,7 @@ var (
 	seedsFlag  = flag.Int("seeds", 0, "run this many fresh seeds and print the table (0: as many as -budget allows)")
 	budgetFlag = flag.Duration("budget", 2*time.Minute, "how long to run fresh seeds when -seeds is 0")
 	firstFlag  = flag.Uint64("first", 0, "the first fresh seed (0: drawn from the time); the others follow it")
+	stopFlag   = flag.Bool("stop", false, "stop at the first failure and say how long it took to find")
 )
 
 // regressions are seeds that found a defect on main, replayed on every
@@ -38,8 +39,10 @@ func TestSim(t *testing.T) {
 	if first == 0 {
 		first = uint64(time.Now().UnixNano())&(1<<40-1) | 1
 	}
-	budget := time.Now().Add(*budgetFlag)
+	began := time.Now()
+	budget := began.Add(*budgetFlag)
 	var next atomic.Int64
+	var halt atomic.Bool
 	var mu sync.Mutex
 	var tab table
 	var wg sync.WaitGroup
@@ -47,13 +50,19 @@ func TestSim(t *testing.T) {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if (*seedsFlag > 0 && i >= int64(*seedsFlag)) || (*seedsFlag == 0 && time.Now().After(budget)) {
+				if halt.Load() || (*seedsFlag > 0 && i >= int64(*seedsFlag)) || (*seedsFlag == 0 && time.Now().After(budget)) {
 					return
 				}
 				res := runSeed(t, first+uint64(i), false)
 				mu.Lock()
 				tab.add(res)
+				if res.Failure != "" && tab.failures == 1 {
+					fmt.Fprintf(os.Stdout, "first failure: seed %d, after %s and %d seeds\n", res.Seed, time.Since(began).Round(time.Second), tab.seeds)
+				}
 				mu.Unlock()
+				if res.Failure != "" && *stopFlag {
+					halt.Store(true)
+				}
 			}
 		})
 	}
