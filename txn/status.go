@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/lakestream/lakestream/store"
 )
 
 // StatusReport is `lakefs-produce status --json`. Scripts read the field
@@ -201,7 +203,11 @@ func Verify(ctx context.Context, l *Log, o VerifyOptions) (*VerifyReport, error)
 	for i, t := range st.Steps {
 		rep.Bytes += t.Object.Size
 		g.Go(func() error {
-			problems[i] = l.verifyObject(gctx, t)
+			ps, err := l.verifyObject(gctx, t)
+			if err != nil {
+				return err
+			}
+			problems[i] = ps
 			if o.Progress != nil {
 				o.Progress(done.Add(1), total)
 			}
@@ -218,29 +224,41 @@ func Verify(ctx context.Context, l *Log, o VerifyOptions) (*VerifyReport, error)
 }
 
 // verifyObject checks one TGB's object: its size, its index, and every
-// region's chunk and file CRCs, one region in memory at a time.
-func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
+// region's chunk and file CRCs, one region in memory at a time. A store
+// that cannot answer now (store.Transient) is an error, not a problem of
+// the object: verify must not call sound data bad during an outage (the
+// simulation found it reporting a 503 as an unreadable pack).
+func (l *Log) verifyObject(ctx context.Context, t *TGB) ([]Problem, error) {
 	key := t.Object.Key
+	transient := func(err error) error {
+		if store.Transient(err) || ctx.Err() != nil {
+			return fmt.Errorf("verifying %s: %w", key, err)
+		}
+		return nil
+	}
 	info, err := l.Store.Stat(ctx, key)
 	if err != nil {
-		return []Problem{{key, fmt.Sprintf("unreadable: %v", err)}}
+		return []Problem{{key, fmt.Sprintf("unreadable: %v", err)}}, transient(err)
 	}
 	if info.Size != t.Object.Size {
-		return []Problem{{key, fmt.Sprintf("%d bytes, the log says %d", info.Size, t.Object.Size)}}
+		return []Problem{{key, fmt.Sprintf("%d bytes, the log says %d", info.Size, t.Object.Size)}}, nil
 	}
 	if t.Object.Footer > 0 {
 		// What a committer would read of it must say what the log says.
 		got, _, err := l.readAnnouncement(ctx, t.Producer, t.Epoch, t.Seq)
+		if terr := transient(err); terr != nil {
+			return nil, terr
+		}
 		if err == nil && (!got.Object.same(t.Object) || got.Batch != t.Batch || got.Cursor != t.Cursor) {
 			err = fmt.Errorf("its self-description says %+v (batch %q), the log %+v (batch %q)", *got.Object, got.Batch, *t.Object, t.Batch)
 		}
 		if err != nil {
-			return []Problem{{key, fmt.Sprintf("step %d: self-description: %v", t.Step, err)}}
+			return []Problem{{key, fmt.Sprintf("step %d: self-description: %v", t.Step, err)}}, nil
 		}
 	}
 	ranks, shared, err := l.Packs(ctx, t)
 	if err != nil {
-		return []Problem{{key, err.Error()}}
+		return []Problem{{key, err.Error()}}, transient(err)
 	}
 	nranks := len(ranks)
 	if shared != nil {
@@ -249,6 +267,9 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 	var out []Problem
 	for r, p := range ranks {
 		data, err := l.Store.GetRange(ctx, key, p.Off, p.Size)
+		if terr := transient(err); terr != nil {
+			return nil, terr
+		}
 		errs := []error{err}
 		if err == nil {
 			errs = packProblems(p, data, l.Config.ChunkSize)
@@ -263,5 +284,5 @@ func (l *Log) verifyObject(ctx context.Context, t *TGB) []Problem {
 			out = append(out, Problem{key, where + ": " + err.Error()})
 		}
 	}
-	return out
+	return out, nil
 }

@@ -2,8 +2,12 @@ package txn_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lakestream/lakestream/store"
@@ -200,4 +204,77 @@ func TestCheckpointInFirstTGBsVersion(t *testing.T) {
 	if len(got.Checkpoints) != 1 || got.Checkpoints[0] != 7 {
 		t.Fatalf("checkpoints %v; want [7]", got.Checkpoints)
 	}
+}
+
+// TestVerifyStoreOutageIsNotAProblem: a store that fails a data object's
+// reads with a 503 makes verify fail with that error (store.Transient),
+// not report sound objects as unreadable problems (the simulation found
+// verify naming every pack it read during an outage); a missing object is
+// still a problem.
+func TestVerifyStoreOutageIsNotAProblem(t *testing.T) {
+	ctx := t.Context()
+	s := &failingData{Store: store.NewMem()}
+	l, err := txn.Create(ctx, s, txn.CreateOptions{Ranks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		txntest.Produce(t, l, txn.ProducerOptions{ID: "p"}, txn.Batch{Name: fmt.Sprint(i),
+			Ranks: [][]txn.FileSource{{txn.BytesFile("a", []byte("aa"))}, {txn.BytesFile("b", []byte("bb"))}}})
+	}
+	for _, op := range []string{"stat", "get"} {
+		s.failing.Store(op)
+		rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 2})
+		if !store.Transient(err) || rep != nil {
+			t.Fatalf("verify with every data %s failing: %+v, %v; want the store's error and no report", op, rep, err)
+		}
+	}
+	s.failing.Store("")
+	st, err := l.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgb, _ := st.Step(1)
+	if err := s.Delete(ctx, tgb.Object.Key); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := txn.Verify(ctx, l, txn.VerifyOptions{Parallel: 2})
+	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Object != tgb.Object.Key {
+		t.Fatalf("verify with step 1's object deleted: %+v, %v; want one problem naming it", rep, err)
+	}
+}
+
+// failingData answers 503 to Stat ("stat") or to reads ("get") of data
+// objects, as failing says.
+type failingData struct {
+	store.Store
+	failing atomic.Value // string
+}
+
+func (s *failingData) fail(op, key string) error {
+	if f, _ := s.failing.Load().(string); f == op && strings.HasPrefix(key, txn.DataPrefix) {
+		return fmt.Errorf("%s %s: 503 Service Unavailable: %w", op, key, store.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *failingData) Stat(ctx context.Context, key string) (store.Info, error) {
+	if err := s.fail("stat", key); err != nil {
+		return store.Info{}, err
+	}
+	return s.Store.Stat(ctx, key)
+}
+
+func (s *failingData) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := s.fail("get", key); err != nil {
+		return nil, err
+	}
+	return s.Store.GetRange(ctx, key, off, n)
+}
+
+func (s *failingData) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := s.fail("get", key); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, key)
 }
