@@ -277,6 +277,7 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 			node += "'"
 			pause := time.Duration(20+r.IntN(280)) * time.Second
 			w.event("%s paused for %s; its successor starts on %s", name, pause, node)
+			w.count("zombie")
 			zombies.Add(1)
 			wg.Go(func() { w.zombie(ctx, inc, pause, zombies) })
 			if err := w.moveStaging(p, filepath.Join(w.tmp, fmt.Sprintf("%s-%d", p.id, gen+1))); err != nil {
@@ -388,6 +389,7 @@ func (w *world) superviseConsumer(ctx context.Context, c *consumer, r *rand.Rand
 				d := w.cfg.consumerTimeout + time.Duration(10+r.IntN(240))*time.Second
 				h.pause()
 				w.event("%s stalls for %s", name, d)
+				w.count("consumer stall")
 				time.AfterFunc(d, func() { h.resume(); w.event("%s comes back", name) })
 			case err = <-done:
 				break wait
@@ -611,5 +613,40 @@ func (w *world) gcProcess(ctx context.Context, r *rand.Rand, node string) {
 		default:
 			w.event("%s: gc: reclaimed below %d, %d data and %d orphans deleted", h.name, rep.ReclaimedBelow, len(rep.DataDeleted), len(rep.Orphans))
 		}
+	}
+}
+
+// verifier runs `lakefs-produce verify` every few minutes. What it finds
+// wrong breaks an invariant only for an object of a step that is still
+// live: a pack reclaimed and deleted after the grace period while a slow
+// verify read an older state is not lost.
+func (w *world) verifier(ctx context.Context, r *rand.Rand) {
+	for i := 1; ; i++ {
+		if sleep(ctx, time.Duration(120+r.IntN(240))*time.Second) != nil {
+			return
+		}
+		ictx, cancel := context.WithCancel(ctx)
+		h := w.newHandle(fmt.Sprintf("verify#%d", i), "verify", mainRoot, cancel)
+		w.fateOf(r, h, ictx)
+		l, err := w.openLog(ictx, h)
+		var rep *txn.VerifyReport
+		if err == nil {
+			rep, err = txn.Verify(ictx, l, txn.VerifyOptions{Parallel: 4})
+		}
+		cancel()
+		if err != nil {
+			w.event("%s: %v", h.name, err)
+			continue
+		}
+		w.event("%s: %d steps, %d objects, %d problems", h.name, rep.Steps, rep.Objects, len(rep.Problems))
+		w.mu.Lock()
+		s := w.streams[0]
+		for _, p := range rep.Problems {
+			w.check()
+			if step, ok := s.objects[p.Object]; ok && step >= s.liveFrom {
+				w.failf("%s: live step %d: %s", h.name, step, p)
+			}
+		}
+		w.mu.Unlock()
 	}
 }

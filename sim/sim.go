@@ -69,10 +69,12 @@ func Run(seed uint64, tmp string, verbose bool) Result {
 	for i := range w.cfg.gcs {
 		nodes = append(nodes, fmt.Sprintf("gc%d", i))
 	}
-	nodes = append(nodes, "ck")
+	nodes = append(nodes, "ck", "verify")
 	w.scheduleFaults(nodes)
 	for _, n := range nodes {
-		w.skewOf(n)
+		if d := w.skewOf(n); d >= time.Minute || d <= -time.Minute {
+			w.stats.faults["clock off by a minute or more"]++
+		}
 	}
 	res := Result{Seed: seed}
 	if err := w.setup(ctx, producers); err != nil {
@@ -174,6 +176,7 @@ func (w *world) simulate(ctx context.Context, producers []*producer, consumers [
 		wg.Go(func() { w.superviseConsumer(ctx, c, actor(c.id)) })
 	}
 	wg.Go(func() { w.checkpointer(ctx, actor("ck"), consumers) })
+	wg.Go(func() { w.verifier(ctx, actor("verify")) })
 	for i := range w.cfg.gcs {
 		node := fmt.Sprintf("gc%d", i)
 		wg.Go(func() { w.gcProcess(ctx, actor(node), node) })

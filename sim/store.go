@@ -85,6 +85,7 @@ func (h *handle) crash(why string) {
 		return
 	}
 	h.w.event("%s crashes (%s)", h.name, why)
+	h.w.count("process crash")
 	h.resume()
 	if h.cancel != nil {
 		h.cancel()
