@@ -260,18 +260,27 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 		if zombieAt >= 0 {
 			zombie = time.After(time.Until(w.start.Add(zombieAt)))
 		}
+		zombied := false
 	wait:
-		select {
-		case <-ctx.Done():
-			<-inc.done
-			return
-		case <-zombie:
-			if !w.registered(name) {
-				// Not a zombie yet: one paused before it registered is
-				// only a late start, and it fences its successor.
-				zombie = time.After(5 * time.Second)
-				goto wait
+		for {
+			select {
+			case <-ctx.Done():
+				<-inc.done
+				return
+			case <-zombie:
+				if !w.registered(name) {
+					// Not a zombie yet: one paused before it registered is
+					// only a late start, and it fences its successor.
+					zombie = time.After(5 * time.Second)
+					continue
+				}
+				zombied = true
+				break wait
+			case <-inc.done:
+				break wait
 			}
+		}
+		if zombied {
 			zombieAt = -1
 			inc.h.pause()
 			node += "'"
@@ -285,7 +294,6 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 				return
 			}
 			continue
-		case <-inc.done:
 		}
 		switch {
 		case ctx.Err() != nil:
