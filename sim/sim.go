@@ -66,11 +66,16 @@ func Run(seed uint64, tmp string, verbose bool) Result {
 		consumers[i] = c
 		nodes = append(nodes, c.id)
 	}
+	var judges []string
+	if w.cfg.runGC || w.cfg.maxLead > 0 {
+		judges = append(judges, nodes[:len(producers)]...)
+	}
 	for i := range w.cfg.gcs {
 		nodes = append(nodes, fmt.Sprintf("gc%d", i))
+		judges = append(judges, fmt.Sprintf("gc%d", i))
 	}
 	nodes = append(nodes, "ck", "verify")
-	w.scheduleFaults(nodes)
+	w.scheduleFaults(nodes, judges)
 	for _, n := range nodes {
 		if d := w.skewOf(n); d >= time.Minute || d <= -time.Minute {
 			w.stats.faults["clock off by a minute or more"]++

@@ -217,8 +217,8 @@ func newConfig(rng *rand.Rand) config {
 	return c
 }
 
-// skewOf is a machine's clock error: minutes either way, drawn once per
-// machine.
+// skewOf is a machine's clock error: up to 6 minutes either way (none
+// for a third of them), drawn once per machine.
 func (w *world) skewOf(node string) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -226,7 +226,7 @@ func (w *world) skewOf(node string) time.Duration {
 		return d
 	}
 	r := rand.New(rand.NewPCG(w.seed, hashString("skew "+node)))
-	d := time.Duration(r.Int64N(int64(10*time.Minute))) - 5*time.Minute
+	d := time.Duration(r.Int64N(int64(12*time.Minute))) - 6*time.Minute
 	if r.IntN(3) == 0 {
 		d = 0
 	}
@@ -235,7 +235,9 @@ func (w *world) skewOf(node string) time.Duration {
 }
 
 // scheduleFaults draws the store's faults for [start, start+length).
-func (w *world) scheduleFaults(nodes []string) {
+// judges are the nodes that decide by age (gc, --max-lead): two of three
+// clock probe faults hit one of them.
+func (w *world) scheduleFaults(nodes, judges []string) {
 	at := func() time.Time { return w.start.Add(time.Duration(w.rng.Int64N(int64(w.cfg.length)))) }
 	add := func(kind string, d time.Duration, x window) {
 		x.kind, x.from = kind, at()
@@ -260,8 +262,12 @@ func (w *world) scheduleFaults(nodes []string) {
 	for range w.rng.IntN(3) {
 		add("stale-list", time.Duration(30+w.rng.IntN(270))*time.Second, window{d: time.Duration(1+w.rng.IntN(30)) * time.Second})
 	}
-	for range w.rng.IntN(3) {
-		add("probe", time.Duration(1+w.rng.IntN(10))*time.Minute, window{node: nodes[w.rng.IntN(len(nodes))]})
+	for range w.rng.IntN(4) {
+		node := nodes[w.rng.IntN(len(nodes))]
+		if len(judges) > 0 && w.rng.IntN(3) > 0 {
+			node = judges[w.rng.IntN(len(judges))]
+		}
+		add("probe", time.Duration(1+w.rng.IntN(15))*time.Minute, window{node: node})
 	}
 	slices.SortFunc(w.windows, func(a, b window) int { return a.from.Compare(b.from) })
 }
