@@ -205,7 +205,7 @@ func (w *world) applyVersion(h *handle, s *streamModel, v uint64, b []byte) {
 			return
 		}
 		s.epochs[p] = rec.Writer.Epoch
-		w.regs[h.name] = true
+		w.regs[h.name] = rec.Writer.Epoch
 		w.eventLocked("v%d: %s registers epoch %d (%s)", v, p, rec.Writer.Epoch, h.name)
 	}
 	for _, t := range rec.TGBs {
@@ -395,7 +395,15 @@ func (w *world) remove(h *handle, keys []string) error {
 func (w *world) registered(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.regs[name]
+	return w.regs[name] > 0
+}
+
+// superseded reports whether a newer incarnation of the producer that
+// runs name registered.
+func (w *world) superseded(name, producer string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams[0].epochs[producer] > w.regs[name]
 }
 
 // failf records the first invariant broken; the run stops with it.

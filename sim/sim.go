@@ -47,7 +47,7 @@ func Run(seed uint64, tmp string, verbose bool) Result {
 	rng := rand.New(rand.NewPCG(seed, 0x51a))
 	w := &world{seed: seed, cfg: newConfig(rng), rng: rng, start: time.Now(), ctx: ctx, stop: stop,
 		mem: store.NewMemClock(time.Now), tmp: tmp, verbose: verbose,
-		created: map[string]time.Time{}, regs: map[string]bool{}, running: map[string]bool{}, sealed: map[batchKey]*batchSpec{}}
+		created: map[string]time.Time{}, regs: map[string]uint64{}, running: map[string]bool{}, sealed: map[batchKey]*batchSpec{}}
 	w.stats.faults = map[string]int64{}
 	w.streams = []*streamModel{newStreamModel(mainRoot)}
 	var nodes []string
@@ -80,6 +80,9 @@ func Run(seed uint64, tmp string, verbose bool) Result {
 		if d := w.skewOf(n); d >= time.Minute || d <= -time.Minute {
 			w.stats.faults["clock off by a minute or more"]++
 		}
+	}
+	if verbose {
+		fmt.Printf("seed %d: %s\n", seed, w.describe())
 	}
 	res := Result{Seed: seed}
 	if err := w.setup(ctx, producers); err != nil {

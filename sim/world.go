@@ -76,6 +76,34 @@ func (w *world) faultsAt(t time.Time, node, key string) faultSet {
 	return f
 }
 
+// faultTime is how much the store's faults can delay a process in the
+// span from t: the time in it the store is down or failing calls (a check
+// of a dozen reads rarely gets through a third of them failing), and a
+// slow call's length when calls are slow in it.
+func (w *world) faultTime(t time.Time, span time.Duration) time.Duration {
+	var d, slow time.Duration
+	end := t.Add(span)
+	for _, x := range w.windows {
+		from, to := x.from, x.to
+		if from.Before(t) {
+			from = t
+		}
+		if to.After(end) {
+			to = end
+		}
+		if !to.After(from) {
+			continue
+		}
+		switch x.kind {
+		case "down", "errors", "lost":
+			d += to.Sub(from)
+		case "slow":
+			slow = max(slow, x.d)
+		}
+	}
+	return d + slow
+}
+
 // stats are one run's counts, for the table.
 type stats struct {
 	versions, tgbs, reclaims, deleted int64
@@ -102,7 +130,7 @@ type world struct {
 	streams   []*streamModel
 	created   map[string]time.Time    // GUARDED_BY(mu): when each key was first written
 	sealed    map[batchKey]*batchSpec // GUARDED_BY(mu)
-	regs      map[string]bool         // GUARDED_BY(mu): incarnations whose register landed
+	regs      map[string]uint64       // GUARDED_BY(mu): the epoch each incarnation registered
 	handles   []*handle               // GUARDED_BY(mu): every incarnation's store
 	running   map[string]bool         // GUARDED_BY(mu): incarnations of run and of mounts not returned yet
 	events    []string                // GUARDED_BY(mu): the newest maxEvents
