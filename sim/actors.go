@@ -112,10 +112,9 @@ func (w *world) writer(ctx context.Context, p *producer, r *rand.Rand, n int) {
 			return
 		}
 		spec := &batchSpec{producer: p.id, name: fmt.Sprintf("b%04d", i)}
-		nf := func() int { return r.IntN(3) }
 		for range w.cfg.ranks {
 			var files []fileSpec
-			for j := range nf() + 1 {
+			for j := range r.IntN(3) + 1 {
 				files = append(files, fileSpec{name: fmt.Sprintf("f%d.bin", j), size: r.IntN(6000), seed: r.Uint64()})
 			}
 			spec.ranks = append(spec.ranks, files)
