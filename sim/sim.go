@@ -220,10 +220,7 @@ func (w *world) simulate(ctx context.Context, producers []*producer, consumers [
 	case <-done:
 	case <-time.After(5 * time.Minute):
 		w.fail("still running 5m after the run ended: %s", strings.Join(w.runningNow(), " "))
-		w.mu.Lock()
-		report := fmt.Sprintf("seed %d: %s\nlast events:\n  %s", w.seed, w.failure, strings.Join(w.events, "\n  "))
-		w.mu.Unlock()
-		panic(report) // the test cannot end while they run: say why, with every goroutine's stack
+		panic(w.report()) // the test cannot end while they run: say why, with every goroutine's stack
 	}
 	if w.failed() == "" {
 		w.final()
@@ -284,6 +281,14 @@ func (w *world) final() {
 			}
 		}
 	}
+}
+
+// report is a failure's seed, the replay command and the last events, for
+// a panic: the failures that keep the bubble from ending.
+func (w *world) report() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("seed %d: %s\nreplay: go test ./sim -run 'TestSim$' -seed %d -v\nlast events:\n  %s", w.seed, w.failure, w.seed, strings.Join(w.events, "\n  "))
 }
 
 func jsonLine(v any) ([]byte, error) {

@@ -37,6 +37,10 @@ type handle struct {
 	paused  chan struct{}    // GUARDED_BY(mu): non-nil while paused (closed on resume)
 	calls   int64            // GUARDED_BY(mu)
 	tries   map[string]int64 // GUARDED_BY(mu): calls per operation and key
+	// instant and inInstant count the calls made without virtual time
+	// passing: a spin, which would hold the bubble for ever.
+	instant   time.Time // GUARDED_BY(mu)
+	inInstant int       // GUARDED_BY(mu)
 	crashAt int64            // GUARDED_BY(mu): crash at this call (0: never)
 	// lists are the times it listed the consumers' heartbeats since the
 	// last reclamation it committed: a reclamation it commits was decided
@@ -126,6 +130,10 @@ func (h *handle) resume() {
 	}
 }
 
+// maxCallsInInstant is more store calls than any process makes in one
+// instant of virtual time without spinning.
+const maxCallsInInstant = 100_000
+
 // fate is what the schedule does to one call.
 type fate int
 
@@ -159,6 +167,12 @@ func (h *handle) enter(ctx context.Context, op store.Op, key string) (fate, erro
 	// how many times it made this call before: not on how its goroutines
 	// interleave with others', so a seed replays alike as far as it can.
 	h.mu.Lock()
+	if now := time.Now(); now.Equal(h.instant) {
+		h.inInstant++
+	} else {
+		h.instant, h.inInstant = now, 0
+	}
+	spin := h.inInstant == maxCallsInInstant
 	h.calls++
 	crash := h.crashAt > 0 && h.calls == h.crashAt
 	id := op.String() + " " + key
@@ -166,6 +180,12 @@ func (h *handle) enter(ctx context.Context, op store.Op, key string) (fate, erro
 	x := mix(h.w.seed, hashString(h.name), hashString(id), uint64(h.tries[id]))
 	h.mu.Unlock()
 	draw, draw2 := unit(x), unit(mix(x))
+	if spin {
+		// Time stands still while the spin runs, so nothing else would
+		// end the run: stop it here, with the seed.
+		h.w.fail("%s made %d store calls without time passing (its last: %s %s): a spin", h.name, maxCallsInInstant, op, key)
+		panic(h.w.report())
+	}
 	write := op == store.OpPut || op == store.OpCreate || op == store.OpDelete
 	if crash {
 		// A crash at an await point: half the time the write got out
