@@ -216,7 +216,7 @@ type incarnation struct {
 
 // fateOf draws what happens to an incarnation: a crash at a time, a crash
 // at its n-th store call, or nothing.
-func (w *world) fateOf(r *rand.Rand, h *handle, ctx context.Context) {
+func (w *world) fateOf(ctx context.Context, r *rand.Rand, h *handle) {
 	if time.Since(w.start) >= w.cfg.length {
 		return
 	}
@@ -246,7 +246,7 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 		name := fmt.Sprintf("%s#%d", p.id, gen)
 		ictx, cancel := context.WithCancel(ctx)
 		inc := &incarnation{h: w.newHandle(name, node, mainRoot, cancel), done: make(chan struct{})}
-		w.fateOf(r, inc.h, ictx)
+		w.fateOf(ictx, r, inc.h)
 		p.mu.Lock()
 		dir := p.dir
 		p.mu.Unlock()
@@ -407,7 +407,7 @@ func (w *world) superviseConsumer(ctx context.Context, c *consumer, r *rand.Rand
 		name := fmt.Sprintf("%s#%d", c.id, gen)
 		ictx, cancel := context.WithCancel(ctx)
 		h := w.newHandle(name, c.id, mainRoot, cancel)
-		w.fateOf(r, h, ictx)
+		w.fateOf(ictx, r, h)
 		done := make(chan error, 1)
 		go func() {
 			defer cancel()
@@ -617,7 +617,7 @@ func (w *world) checkpointer(ctx context.Context, r *rand.Rand, consumers []*con
 		}
 		ictx, cancel := context.WithCancel(ctx)
 		h := w.newHandle(fmt.Sprintf("ck#%d", i), "ck", mainRoot, cancel)
-		w.fateOf(r, h, ictx)
+		w.fateOf(ictx, r, h)
 		l, err := w.openLog(ictx, h)
 		if err == nil {
 			_, err = txn.RecordCheckpoint(ictx, l, step, w.logger(h.name))
@@ -635,7 +635,7 @@ func (w *world) gcProcess(ctx context.Context, r *rand.Rand, node string) {
 		}
 		ictx, cancel := context.WithCancel(ctx)
 		h := w.newHandle(fmt.Sprintf("%s#%d", node, i), node, mainRoot, cancel)
-		w.fateOf(r, h, ictx)
+		w.fateOf(ictx, r, h)
 		l, err := w.openLog(ictx, h)
 		var rep *txn.GCReport
 		if err == nil {
@@ -664,7 +664,7 @@ func (w *world) verifier(ctx context.Context, r *rand.Rand) {
 		}
 		ictx, cancel := context.WithCancel(ctx)
 		h := w.newHandle(fmt.Sprintf("verify#%d", i), "verify", mainRoot, cancel)
-		w.fateOf(r, h, ictx)
+		w.fateOf(ictx, r, h)
 		l, err := w.openLog(ictx, h)
 		var rep *txn.VerifyReport
 		if err == nil {
