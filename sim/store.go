@@ -33,15 +33,15 @@ type handle struct {
 	stopped chan struct{}      // closed with dead: wakes its slow calls
 	cancel  context.CancelFunc // the incarnation's context, cancelled by a crash
 
-	mu      sync.Mutex
-	paused  chan struct{}    // GUARDED_BY(mu): non-nil while paused (closed on resume)
-	calls   int64            // GUARDED_BY(mu)
-	tries   map[string]int64 // GUARDED_BY(mu): calls per operation and key
+	mu     sync.Mutex
+	paused chan struct{}    // GUARDED_BY(mu): non-nil while paused (closed on resume)
+	calls  int64            // GUARDED_BY(mu)
+	tries  map[string]int64 // GUARDED_BY(mu): calls per operation and key
 	// instant and inInstant count the calls made without virtual time
 	// passing: a spin, which would hold the bubble for ever.
 	instant   time.Time // GUARDED_BY(mu)
 	inInstant int       // GUARDED_BY(mu)
-	crashAt int64            // GUARDED_BY(mu): crash at this call (0: never)
+	crashAt   int64     // GUARDED_BY(mu): crash at this call (0: never)
 	// lists are the times it listed the consumers' heartbeats since the
 	// last reclamation it committed: a reclamation it commits was decided
 	// on one of them.
