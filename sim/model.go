@@ -279,12 +279,14 @@ func (w *world) reclaim(h *handle, s *streamModel, v uint64, below int64) {
 		return
 	}
 	// The reclamation was decided on one of the handle's listings of the
-	// heartbeats since its last one: it breaks the rule if at every one
-	// of them some consumer was live (its heartbeat younger than the
-	// timeout; the reader's clock is measured never ahead of the store's
-	// and at most about a second behind) and had read a step (a consumer
-	// that has read nothing holds nothing), and the reclamation goes past
-	// every step it reported.
+	// heartbeats since its last one, judged at some moment between that
+	// listing and now (the heartbeats' ages go by the listing's
+	// Last-Modified): it breaks the rule if for every listing some
+	// consumer had read a step (one that has read nothing holds nothing)
+	// and the heartbeat listed was younger than the timeout until now
+	// (the reader's clock is measured never ahead of the store's and at
+	// most about a second behind), and the reclamation goes past every
+	// step it reported.
 	lists := h.decidedOn()
 	if len(lists) == 0 {
 		lists = []time.Time{time.Now()}
@@ -295,7 +297,7 @@ func (w *world) reclaim(h *handle, s *streamModel, v uint64, below int64) {
 		held := true
 		for _, at := range lists {
 			hb, ok := lastBefore(hbs, at)
-			if !ok || hb.step == nil || at.Sub(hb.at) >= w.cfg.consumerTimeout-2*time.Second {
+			if !ok || hb.step == nil || time.Since(hb.at) >= w.cfg.consumerTimeout-2*time.Second {
 				held = false
 				break
 			}
@@ -305,9 +307,14 @@ func (w *world) reclaim(h *handle, s *streamModel, v uint64, below int64) {
 		}
 		last, _ := lastBefore(hbs, time.Now())
 		if last.step != nil && below > *last.step {
-			first, _ := lastBefore(hbs, lists[0])
-			w.failf("version %d (by %s) reclaims below step %d, but consumer %s was live at each of the %d listings of the heartbeats it was decided on (at the first: step %d, heartbeated %s before) and has read step %d: a live reader's step was reclaimed",
-				v, h.name, below, node, len(lists), *first.step, lists[0].Sub(first.at).Round(time.Millisecond), *last.step)
+			var at []string
+			for _, l := range lists {
+				hb, _ := lastBefore(hbs, l)
+				at = append(at, fmt.Sprintf("%s (step %d, heartbeat %s old then, %s now)", fmtDur(l.Sub(w.start)), *hb.step,
+					l.Sub(hb.at).Round(time.Millisecond), time.Since(hb.at).Round(time.Millisecond)))
+			}
+			w.failf("version %d (by %s) reclaims below step %d, but consumer %s was live from each of the %d listings of the heartbeats it was decided on until now (%s) and has read step %d: a live reader's step was reclaimed",
+				v, h.name, below, node, len(lists), strings.Join(at, ", "), *last.step)
 			return
 		}
 	}
