@@ -31,8 +31,9 @@
 //     fenced incarnation never lands a commit); a version references
 //     only objects already whole in the store;
 //   - a reclamation stays below what the retained checkpoints allow and
-//     below every consumer that was live, with a step, at each listing of
-//     the heartbeats the gc could have decided on;
+//     below every consumer with a step whose heartbeat, as each listing
+//     the gc could have decided on showed it, stayed younger than the
+//     consumer timeout until the reclamation landed;
 //   - a delete touches only its own stream's keys, never a live step's
 //     data, a reclaimed step's only after the grace period, an orphan only
 //     once older than it; the second stream keeps every key;
