@@ -281,15 +281,8 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 		}
 		if zombied {
 			zombieAt = -1
-			inc.h.pause()
 			node += "'"
-			pause := time.Duration(20+r.IntN(280)) * time.Second
-			w.event("%s paused for %s; its successor starts on %s", name, pause, node)
-			w.count("zombie")
-			zombies.Add(1)
-			wg.Go(func() { w.zombie(ctx, inc, p.id, pause, zombies) })
-			if err := w.moveStaging(p, filepath.Join(w.tmp, fmt.Sprintf("%s-%d", p.id, gen+1))); err != nil {
-				w.fail("moving %s's staging directory: %v", p.id, err)
+			if !w.makeZombie(ctx, p, inc, node, gen, r, wg, zombies) {
 				return
 			}
 			continue
@@ -316,6 +309,22 @@ func (w *world) superviseProducer(ctx context.Context, p *producer, r *rand.Rand
 			return
 		}
 	}
+}
+
+// makeZombie pauses inc and moves p's staging directory for its successor
+// on node.
+func (w *world) makeZombie(ctx context.Context, p *producer, inc *incarnation, node string, gen int, r *rand.Rand, wg *sync.WaitGroup, zombies *atomic.Int32) bool {
+	inc.h.pause()
+	pause := time.Duration(20+r.IntN(280)) * time.Second
+	w.event("%s paused for %s; its successor starts on %s", inc.h.name, pause, node)
+	w.count("zombie")
+	zombies.Add(1)
+	wg.Go(func() { w.zombie(ctx, inc, p.id, pause, zombies) })
+	if err := w.moveStaging(p, filepath.Join(w.tmp, fmt.Sprintf("%s-%d", p.id, gen+1))); err != nil {
+		w.fail("moving %s's staging directory: %v", p.id, err)
+		return false
+	}
+	return true
 }
 
 // zombie resumes a paused incarnation after pause, and waits for it to

@@ -248,19 +248,27 @@ func (w *world) applyVersion(h *handle, s *streamModel, v uint64, b []byte) {
 		w.eventLocked("v%d: %d TGBs, steps up to %d (%s)", v, tgbs, s.next-1, h.name)
 	}
 	w.stats.versions++
-	for _, c := range rec.Checkpoints {
+	if !w.checkpoint(h, s, v, rec.Checkpoints) {
+		return
+	}
+	if rec.Reclaim != nil {
+		w.reclaim(h, s, v, rec.Reclaim.Below)
+	}
+}
+
+// checkpoint records a version's checkpoints, each of a committed step.
+func (w *world) checkpoint(h *handle, s *streamModel, v uint64, steps []int64) bool {
+	for _, c := range steps {
 		if c >= s.next || c < s.firstStep {
 			w.failf("version %d records a checkpoint at step %d, which is not committed (next %d)", v, c, s.next)
-			return
+			return false
 		}
 		if i, found := slices.BinarySearch(s.checkpoints, c); !found {
 			s.checkpoints = slices.Insert(s.checkpoints, i, c)
 		}
 		w.eventLocked("v%d: checkpoint %d (%s)", v, c, h.name)
 	}
-	if rec.Reclaim != nil {
-		w.reclaim(h, s, v, rec.Reclaim.Below)
-	}
+	return true
 }
 
 // reclaim checks a reclamation against the rules of docs/RELIABILITY.md:

@@ -134,6 +134,29 @@ func (h *handle) resume() {
 // instant of virtual time without spinning.
 const maxCallsInInstant = 100_000
 
+// wait holds a call while the incarnation is paused; a dead one's calls
+// fail.
+func (h *handle) wait(ctx context.Context) error {
+	if h.dead.Load() {
+		return errCrashed
+	}
+	h.mu.Lock()
+	gate := h.paused
+	h.mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if h.dead.Load() {
+		return errCrashed
+	}
+	return nil
+}
+
 // fate is what the schedule does to one call.
 type fate int
 
@@ -147,21 +170,8 @@ const (
 // schedule: it returns an error for a call that fails before reaching
 // the store, and otherwise the call's fate.
 func (h *handle) enter(ctx context.Context, op store.Op, key string) (fate, error) {
-	if h.dead.Load() {
-		return fateOK, fmt.Errorf("%s %s: %w", op, key, errCrashed)
-	}
-	h.mu.Lock()
-	gate := h.paused
-	h.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return fateOK, fmt.Errorf("%s %s: %w", op, key, ctx.Err())
-		}
-		if h.dead.Load() {
-			return fateOK, fmt.Errorf("%s %s: %w", op, key, errCrashed)
-		}
+	if err := h.wait(ctx); err != nil {
+		return fateOK, fmt.Errorf("%s %s: %w", op, key, err)
 	}
 	// A call's draws depend on the seed, the incarnation, the call and
 	// how many times it made this call before: not on how its goroutines
