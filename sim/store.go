@@ -79,6 +79,13 @@ func (w *world) newHandle(name, node, root string, cancel context.CancelFunc) *h
 // crash ends the incarnation at once: no call of its reaches the store
 // after this one, and its context is cancelled so its goroutines stop.
 func (h *handle) crash(why string) {
+	// Cancel before a call can see the incarnation dead: a killed process
+	// never hears its calls fail, so when one of its goroutines gets
+	// errCrashed it must already see its context done, or it would take
+	// the error for the store's.
+	if h.cancel != nil {
+		h.cancel()
+	}
 	h.mu.Lock()
 	was := h.dead.Swap(true)
 	if !was {
@@ -91,24 +98,21 @@ func (h *handle) crash(why string) {
 	h.w.event("%s crashes (%s)", h.name, why)
 	h.w.count("process crash")
 	h.resume()
-	if h.cancel != nil {
-		h.cancel()
-	}
 }
 
 // end stops the incarnation as the run ends: like crash, without an
 // event. A call held by a pause under a context that is never cancelled
 // (a clock probe's cleanup) would otherwise outlive the run.
 func (h *handle) end() {
+	if h.cancel != nil {
+		h.cancel() // first, as in crash
+	}
 	h.mu.Lock()
 	if !h.dead.Swap(true) { // under mu: no pause begins after it
 		close(h.stopped)
 	}
 	h.mu.Unlock()
 	h.resume()
-	if h.cancel != nil {
-		h.cancel()
-	}
 }
 
 // pause holds every call of the incarnation until resume: a process
