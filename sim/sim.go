@@ -30,6 +30,7 @@ type Result struct {
 	Reclaims  int64
 	Deleted   int64
 	Reads     int64
+	BytesRead int64 // bytes those reads compared with what was sealed
 	Checks    int64
 	Faults    map[string]int64
 	Failure   string // the first invariant broken; "" when none
@@ -94,7 +95,7 @@ func Run(seed uint64, tmp string, verbose bool) Result {
 	defer w.mu.Unlock()
 	res.Simulated = time.Since(w.start)
 	res.Versions, res.TGBs, res.Reclaims, res.Deleted = w.stats.versions, w.stats.tgbs, w.stats.reclaims, w.stats.deleted
-	res.Reads, res.Checks, res.Faults = w.stats.reads, w.stats.checks, w.stats.faults
+	res.Reads, res.BytesRead, res.Checks, res.Faults = w.stats.reads, w.stats.bytesRead, w.stats.checks, w.stats.faults
 	res.Failure, res.World, res.Events = w.failure, w.describe(), slices.Clone(w.events)
 	return res
 }

@@ -97,7 +97,7 @@ type table struct {
 	seeds, failures                   int
 	simulated                         time.Duration
 	versions, tgbs, reclaims, deleted int64
-	reads, checks                     int64
+	reads, bytesRead, checks          int64
 	faults                            map[string]int64
 	failed                            []uint64
 }
@@ -113,6 +113,7 @@ func (t *table) add(r Result) {
 	t.reclaims += r.Reclaims
 	t.deleted += r.Deleted
 	t.reads += r.Reads
+	t.bytesRead += r.BytesRead
 	t.checks += r.Checks
 	for k, v := range r.Faults {
 		t.faults[k] += v
@@ -134,6 +135,7 @@ func (t *table) String() string {
 	row("reclamations", t.reclaims)
 	row("data objects deleted", t.deleted)
 	row("rank reads checked byte for byte", t.reads)
+	row("bytes read and compared (MiB)", fmt.Sprintf("%.1f", float64(t.bytesRead)/(1<<20)))
 	for _, k := range slices.Sorted(maps.Keys(t.faults)) {
 		row("faults: "+k, t.faults[k])
 	}
