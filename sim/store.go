@@ -79,40 +79,37 @@ func (w *world) newHandle(name, node, root string, cancel context.CancelFunc) *h
 // crash ends the incarnation at once: no call of its reaches the store
 // after this one, and its context is cancelled so its goroutines stop.
 func (h *handle) crash(why string) {
-	// Cancel before a call can see the incarnation dead: a killed process
-	// never hears its calls fail, so when one of its goroutines gets
-	// errCrashed it must already see its context done, or it would take
-	// the error for the store's.
-	if h.cancel != nil {
-		h.cancel()
+	if h.kill() {
+		h.w.event("%s crashes (%s)", h.name, why)
+		h.w.count("process crash")
 	}
-	h.mu.Lock()
-	was := h.dead.Swap(true)
-	if !was {
-		close(h.stopped)
-	}
-	h.mu.Unlock()
-	if was {
-		return
-	}
-	h.w.event("%s crashes (%s)", h.name, why)
-	h.w.count("process crash")
-	h.resume()
 }
 
 // end stops the incarnation as the run ends: like crash, without an
 // event. A call held by a pause under a context that is never cancelled
 // (a clock probe's cleanup) would otherwise outlive the run.
-func (h *handle) end() {
-	if h.cancel != nil {
-		h.cancel() // first, as in crash
-	}
+func (h *handle) end() { h.kill() }
+
+// kill marks the incarnation dead and cancels its context in one step
+// under mu, where wait reads dead: whoever sees one sees the other. A
+// goroutine whose call failed with errCrashed finds its context done,
+// and a supervisor whose process returned on a cancelled context finds
+// it dead, so neither takes the kill for the store's failure or the
+// process's own exit; and no pause begins after it. It reports whether
+// this call killed it.
+func (h *handle) kill() bool {
 	h.mu.Lock()
-	if !h.dead.Swap(true) { // under mu: no pause begins after it
-		close(h.stopped)
+	if h.dead.Swap(true) {
+		h.mu.Unlock()
+		return false
 	}
+	if h.cancel != nil {
+		h.cancel()
+	}
+	close(h.stopped) // after cancel: a slow call it wakes sees ctx done
 	h.mu.Unlock()
 	h.resume()
+	return true
 }
 
 // pause holds every call of the incarnation until resume: a process
@@ -141,12 +138,12 @@ const maxCallsInInstant = 100_000
 // wait holds a call while the incarnation is paused; a dead one's calls
 // fail.
 func (h *handle) wait(ctx context.Context) error {
-	if h.dead.Load() {
+	h.mu.Lock()
+	gate, dead := h.paused, h.dead.Load()
+	h.mu.Unlock()
+	if dead {
 		return errCrashed
 	}
-	h.mu.Lock()
-	gate := h.paused
-	h.mu.Unlock()
 	if gate == nil {
 		return nil
 	}
@@ -155,7 +152,10 @@ func (h *handle) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if h.dead.Load() {
+	h.mu.Lock()
+	dead = h.dead.Load()
+	h.mu.Unlock()
+	if dead {
 		return errCrashed
 	}
 	return nil
