@@ -51,8 +51,8 @@
 // A failure names its seed, the world and the last events; `go test
 // ./sim -run 'TestSim$' -seed N -v` replays it, printing every event. The
 // schedule (the world, each fault window, each crash and pause, each
-// call's draws, keyed by incarnation, call and attempt) follows from the
-// seed alone; the interleaving of goroutines inside one virtual instant
+// call's draws, keyed by incarnation, call and attempt, a random key by
+// its class) follows from the seed alone; the interleaving of goroutines inside one virtual instant
 // does not, so a replay is usually, not always, the same run.
 //
 // # Not covered
