@@ -78,8 +78,8 @@ func (w *world) faultsAt(t time.Time, node, key string) faultSet {
 
 // faultTime is how much the store's faults can delay a process in the
 // span from t: the time in it the store is down or failing calls (a check
-// of a dozen reads rarely gets through a third of them failing), and a
-// slow call's length when calls are slow in it.
+// of a dozen reads rarely gets through a third of them failing) or
+// slowing calls, and one slow call's length when calls are slow in it.
 func (w *world) faultTime(t time.Time, span time.Duration) time.Duration {
 	var d, slow time.Duration
 	end := t.Add(span)
@@ -98,6 +98,10 @@ func (w *world) faultTime(t time.Time, span time.Duration) time.Duration {
 		case "down", "errors", "lost":
 			d += to.Sub(from)
 		case "slow":
+			// Any call in it may be slow, and a fence check or a commit
+			// is several calls in a row: the whole window, and one more
+			// slow call begun at its end.
+			d += to.Sub(from)
 			slow = max(slow, x.d)
 		}
 	}
