@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -233,9 +234,12 @@ type runner struct {
 	unmovable map[string]string
 	skipped   map[string]bool
 
-	// appended holds the batches this process handed to the producer and
-	// has not removed yet: they sort at or below the cursor but are in
-	// flight, not candidates for rejection. Shared with cleanLoop.
+	// appended holds the batches this process handed to the producer
+	// that a scan may still list: they sort at or below the cursor but are
+	// in flight (false) or were committed and removed since the last scan
+	// began (true), not candidates for rejection. scan forgets the removed
+	// ones before it lists: a listing taken after a removal no longer
+	// holds the name. Shared with cleanLoop.
 	appendedMu sync.Mutex
 	appended   map[string]bool
 	// inFlight counts TGBs appended but not yet committed: the lead
@@ -385,6 +389,9 @@ var storeWait = backoff.Policy{First: 500 * time.Millisecond, Max: 8 * time.Seco
 // scan lists the sealed batches and reports, once each, the sealed
 // entries that are never picked up.
 func (r *runner) scan() ([]string, error) {
+	r.appendedMu.Lock()
+	maps.DeleteFunc(r.appended, func(_ string, removed bool) bool { return removed })
+	r.appendedMu.Unlock()
 	names, skipped, err := r.Tree.Scan()
 	if err != nil {
 		return nil, err
@@ -407,7 +414,7 @@ func (r *runner) batch(ctx context.Context, name string) error {
 	}
 	switch {
 	case r.isAppended(name):
-		return r.p.Err() // in flight: the cleaner removes it once committed
+		return r.p.Err() // in flight (the cleaner removes it once committed), or removed since the scan
 	case r.committed[name]:
 		// Committed before a crash and not yet removed, or a writer that
 		// restarted its numbering and sealed new data under an old name:
@@ -457,7 +464,7 @@ func (r *runner) batch(ctx context.Context, name string) error {
 		return err
 	}
 	r.cursor = name
-	r.setAppended(name, true)
+	r.setAppended(name, false)
 	r.inFlight.Add(1)
 	select {
 	case r.cleanup <- cleanupJob{name: name, bytes: b.Bytes, pending: pd}:
@@ -514,17 +521,14 @@ func (r *runner) event(e BatchEvent) {
 func (r *runner) isAppended(name string) bool {
 	r.appendedMu.Lock()
 	defer r.appendedMu.Unlock()
-	return r.appended[name]
+	_, ok := r.appended[name]
+	return ok
 }
 
-func (r *runner) setAppended(name string, in bool) {
+func (r *runner) setAppended(name string, removed bool) {
 	r.appendedMu.Lock()
 	defer r.appendedMu.Unlock()
-	if in {
-		r.appended[name] = true
-	} else {
-		delete(r.appended, name)
-	}
+	r.appended[name] = removed
 }
 
 // cleanLoop removes each batch once its commit is durable, in order.
@@ -541,7 +545,7 @@ func (r *runner) cleanLoop(life context.Context) {
 			r.Logger.Error("committed batch not removed; it will be removed on restart", "batch", j.name, "err", err)
 			continue
 		}
-		r.setAppended(j.name, false)
+		r.setAppended(j.name, true)
 		r.event(BatchEvent{Name: j.name, Step: step, Bytes: j.bytes})
 	}
 }

@@ -78,7 +78,8 @@ type Batch struct {
 type Tree struct {
 	Dir string
 	// crashed, if set (tests), is called between the steps of an
-	// operation that a kill may interrupt, with the step's name.
+	// operation that a kill may interrupt, with the step's name, and
+	// once a scan has listed the batches ("scanned").
 	crashed func(point string)
 }
 
@@ -154,6 +155,7 @@ func (t *Tree) Scan() (names []string, skipped []Skipped, err error) {
 		}
 	}
 	slices.Sort(names) // ReadDir sorts already; the order is the contract
+	t.crashPoint("scanned")
 	return names, skipped, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -222,6 +223,114 @@ func TestBelowCursorRejected(t *testing.T) {
 	}
 	if steps := e.steps(t); len(steps) != 2 || steps["b002"] != 0 || steps["b003"] != 1 {
 		t.Fatalf("steps %v", steps)
+	}
+}
+
+// logGate holds every create under _log/ once data was uploaded, until
+// open is closed: an appended batch stays in flight.
+type logGate struct {
+	store.Store
+	uploaded, held atomic.Bool
+	open           chan struct{}
+}
+
+func (s *logGate) Create(ctx context.Context, key string, r io.Reader, size int64) error {
+	if strings.HasPrefix(key, "data/") {
+		defer s.uploaded.Store(true)
+	}
+	if strings.HasPrefix(key, "_log/") && s.uploaded.Load() {
+		s.held.Store(true)
+		select {
+		case <-s.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Create(ctx, key, r, size)
+}
+
+func (s *logGate) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if strings.HasPrefix(key, "data/") {
+		defer s.uploaded.Store(true)
+	}
+	return s.Store.Put(ctx, key, r, size)
+}
+
+// TestBatchCommittedWhileListedNotRejected (found by the simulation,
+// seeds 1004352 and 1007544): a pass lists a batch still in flight; its
+// commit lands and the cleaner removes it before the pass reaches it.
+// The pass must pass over it: before, it found the batch neither in
+// flight nor among those committed at start, at the cursor, and reported
+// it rejected as "never committed" (a rejected event, a warning) though
+// it was committed once.
+func TestBatchCommittedWhileListedNotRejected(t *testing.T) {
+	e := newEnv(t)
+	batch(t, e.staging, "b000")
+	gate := &logGate{Store: e.store, open: make(chan struct{})}
+	tree, err := stage.Open(e.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan struct{})
+	var once sync.Once
+	var raced atomic.Bool
+	var scansAfter atomic.Int64
+	stage.SetCrashPoints(tree, func(point string) {
+		if point != "scanned" {
+			return
+		}
+		if raced.Load() {
+			scansAfter.Add(1)
+			return
+		}
+		if !gate.held.Load() {
+			return
+		}
+		// This pass listed b000 while its commit is held: let the commit
+		// land and the cleaner remove b000 before the pass goes on.
+		raced.Store(true)
+		close(gate.open)
+		select {
+		case <-committed:
+		case <-time.After(30 * time.Second):
+			t.Error("b000's commit never landed")
+		}
+	})
+	var mu sync.Mutex
+	var rejected []string
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, stage.RunOptions{
+			Store: gate, Log: &txn.Log{Store: gate, Config: e.log.Config}, Tree: tree, ProducerID: "p", Poll: 5 * time.Millisecond,
+			OnBatch: func(b stage.BatchEvent) {
+				switch {
+				case b.Rejected != "":
+					mu.Lock()
+					rejected = append(rejected, b.Name+": "+b.Rejected)
+					mu.Unlock()
+				case b.Name == "b000" && b.Step >= 0:
+					once.Do(func() { close(committed) })
+				}
+			},
+		})
+	}()
+	eventually(t, "two passes after the one that listed b000 in flight", func() bool { return scansAfter.Load() >= 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rejected) != 0 {
+		t.Fatalf("a batch committed while its pass ran was reported rejected: %v", rejected)
+	}
+	if steps := e.steps(t); len(steps) != 1 || steps["b000"] != 0 {
+		t.Fatalf("steps %v; want b000 once, at step 0", steps)
+	}
+	if _, err := os.Stat(filepath.Join(e.staging, stage.RejectedDir, "b000")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("b000 in %s: %v", stage.RejectedDir, err)
 	}
 }
 
