@@ -25,7 +25,7 @@ var (
 
 // regressions are seeds that found a defect on main, replayed on every
 // run (docs/RELIABILITY.md, Simulation, lists what each found).
-var regressions = []uint64{451, 1004352, 1007544}
+var regressions = []uint64{451, 1004352, 1007544, 1004731}
 
 // TestSim runs fresh seeds for -budget (or -seeds of them), each a whole
 // world in virtual time, and fails with the seed, the world and its last

@@ -63,6 +63,11 @@ const (
 	dormantEvery = 16
 	maxPace      = 500 * time.Millisecond
 	defaultRTT   = 5 * time.Millisecond
+	// maxRTT bounds a round-trip sample: a call slower than this is a
+	// stall (a paused process, a store's hiccup), not the round trip the
+	// pace and the polls scale with. Taken whole, one 4-minute stall made
+	// a follower poll every minute and catch up two versions a poll.
+	maxRTT = time.Second
 )
 
 // committer is a producer's commit loop. It owns st and every field below.
@@ -288,9 +293,10 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 		}
 		return n > 0, nil
 	}
-	// Read v+1, and on while this committer is behind: each read that
-	// finds its version costs one GET, and only the last one misses.
-	moved := false
+	// Read v+1, and on while this committer is behind (once behind, until
+	// a read misses): each read that finds its version costs one GET, and
+	// only the last one misses.
+	moved, behind := false, false
 	for {
 		// seenHead is on the log's clock, as Refresh and tryCommit read
 		// it; start, on this machine's, times the round trip.
@@ -298,7 +304,7 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 		v, err := c.l.ReadVersion(ctx, st.Version+1)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			c.rtt.add(time.Since(start), 0.1)
+			c.timed(time.Since(start), 0.1)
 			c.errs.done()
 			st.seenHead, c.errs = checked, nil
 			return moved, nil
@@ -311,14 +317,14 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 			c.logger.Warn("reading the log failed; retrying", "err", err)
 			return moved, c.errs.wait(ctx, err)
 		}
-		c.rtt.add(time.Since(start), 0.1)
+		c.timed(time.Since(start), 0.1)
 		c.errs.done()
 		c.errs = nil
 		if err := st.Apply(v); err != nil {
 			return moved, fmt.Errorf("%s: %w", VersionKey(v.Version), err)
 		}
 		// Behind by more than this version? Judged before saw() moves seenAt.
-		behind := start.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
+		behind = behind || start.Sub(c.seenAt) > 2*c.interval.or(c.rtt.or(defaultRTT))
 		// seenAt is when the read was sent: what this committer knows of
 		// when the version landed, so its polls do not drift later.
 		if err := c.saw(ctx, start, nil); err != nil {
@@ -330,6 +336,11 @@ func (c *committer) readNext(ctx context.Context) (bool, error) {
 			return true, nil
 		}
 	}
+}
+
+// timed folds a call's duration into the round-trip estimate.
+func (c *committer) timed(d time.Duration, w float64) {
+	c.rtt.add(min(d, maxRTT), w)
 }
 
 // round builds version v+1 from the state at v and tries to create it.
@@ -362,7 +373,7 @@ func (c *committer) round(ctx context.Context) error {
 		c.leading = false
 		return c.saw(ctx, now, nil)
 	}
-	c.rtt.add(now.Sub(start), 0.2)
+	c.timed(now.Sub(start), 0.2)
 	c.leading, c.created, c.lostHelps = true, v.Version, 0
 	c.adapt(len(v.TGBs))
 	// The snapshot before the TGBs complete: a producer closed as soon as

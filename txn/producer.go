@@ -203,7 +203,7 @@ func OpenProducer(ctx context.Context, l *Log, opts ProducerOptions) (*Producer,
 	// gives a leader its time before it helps: a load is about three
 	// (hint, snapshot, the version after it). Registering may have waited
 	// out other writers, so it says less.
-	c.rtt.add(min(max(loadTook/3, time.Millisecond), time.Second), 1)
+	c.timed(max(loadTook/3, time.Millisecond), 1)
 	go c.run(cctx)
 	return p, nil
 }
