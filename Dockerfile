@@ -8,7 +8,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -X github.com/lakestream/lakestream/internal/buildinfo.version=${VERSION}" \
+RUN CGO_ENABLED=0 go build -trimpath -tags disable_grpc_modules -ldflags="-s -X github.com/lakestream/lakestream/internal/buildinfo.version=${VERSION}" \
     -o /out/ ./cmd/lakefs-csi ./cmd/lakefs-mount ./cmd/lakefs-produce
 
 FROM debian:bookworm-slim

@@ -20,6 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/store"
 )
 
@@ -80,6 +81,7 @@ type chaosOptions struct {
 }
 
 func TestChaos(t *testing.T) {
+	longtest.Skip(t, "the chaos run: kill -9, SIGSTOP, store restarts and network faults for minutes on three servers")
 	mntRequireFUSE(t)
 	o := chaosOptions{Batches: 80, Pause: 400 * time.Millisecond, MinChaos: 60 * time.Second,
 		Outage: 4 * time.Second, StopFor: 6 * time.Second, TmpfsSize: "24m"}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -50,8 +51,11 @@ func TestClockSkew(t *testing.T) {
 // URL per call.
 func skewStores() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
-		"file":      func(t *testing.T) string { u, _ := mntFileURL(t); return u },
-		"versitygw": func(t *testing.T) string { return startServer(t, "s3", false).NewBucketURL(t) },
+		"file": func(t *testing.T) string { u, _ := mntFileURL(t); return u },
+		"versitygw": func(t *testing.T) string {
+			longtest.Skip(t, "clock skew on versitygw; file:// stays")
+			return startServer(t, "s3", false).NewBucketURL(t)
+		},
 	}
 }
 

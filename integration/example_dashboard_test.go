@@ -10,11 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lakestream/lakestream/internal/longtest"
 )
 
 // TestDashboardMetricsExist checks that every metric docs/grafana/
 // lakestream.json queries is served by a real running producer or mount.
 func TestDashboardMetricsExist(t *testing.T) {
+	longtest.Skip(t, "the Grafana dashboard against live metrics")
 	mntRequireFUSE(t)
 	produce, _ := prdBins(t)
 	mountBin := mntBuildMount(t)

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/mount"
 	"github.com/lakestream/lakestream/store"
@@ -149,6 +150,7 @@ func lcCheckpoint(t testing.TB, l *txn.Log, step int64) {
 // log within a few snapshots' worth, however long the run. It writes
 // step,data_bytes,log_objects to a CSV for plotting.
 func TestLifecycleBoundedStorage(t *testing.T) {
+	longtest.Skip(t, "a training run of 1,000 steps with checkpoints and gc")
 	mntRequireFUSE(t)
 	const (
 		steps     = 1000

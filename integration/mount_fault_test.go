@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -136,6 +137,7 @@ func TestMountAbortKilled(t *testing.T) {
 // once the store is back or fails with EIO, never with wrong bytes, and
 // reads the same file correctly once the store is back.
 func TestMountStoreOutage(t *testing.T) {
+	longtest.Skip(t, "a 30 s store outage under readers; TestMountStoreOutageRideOut stays")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	srv := s3test.Start(t)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/mount"
 	"github.com/lakestream/lakestream/store"
@@ -20,6 +21,7 @@ import (
 // store fails with EIO within the stated bound instead of hanging (issue
 // 32 item 11: 100 s before); once the server resumes, the same file reads.
 func TestMountHungStore(t *testing.T) {
+	longtest.Skip(t, "reads through a hung S3 server; store.TestS3Timeouts stays")
 	srv := s3test.Start(t)
 	url := srv.NewBucketURL(t)
 	prod := mntNewProducer(t, newStream(t, url, txn.CreateOptions{Ranks: 2, ChunkSize: 64 << 10, SnapshotEvery: 10}), "p", 100<<10, 5)

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/stage"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -390,6 +391,7 @@ func TestMountPassthroughCorrupt(t *testing.T) {
 // the files are held; every reader got its file's bytes, those that found
 // no room in the memory files through the block path.
 func TestMountPassthroughMemoryBound(t *testing.T) {
+	longtest.Skip(t, "passthrough memory bound under many prefetched files")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
@@ -465,6 +467,7 @@ func mntStartMountAttr(t testing.TB, bin string, attr *syscall.SysProcAttr, args
 // error by lakefs-mount --abort; a file held open since before the stop
 // closes; the next lakefs-mount on the path serves.
 func TestMountPassthroughAbortHung(t *testing.T) {
+	longtest.Skip(t, "an aborted hung mount under passthrough readers")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)
@@ -606,6 +609,7 @@ func ptConsumerAt(t *testing.T, l *txn.Log, node string, step int64) {
 // far as the reads allow, never past the highest step read plus 2, and
 // finishes once the node has read everything.
 func TestMountPassthroughPositions(t *testing.T) {
+	longtest.Skip(t, "--max-lead held by a passthrough reader over many steps")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)

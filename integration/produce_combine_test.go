@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -264,6 +265,7 @@ func TestKilledProducerCommittedByAnother(t *testing.T) {
 // epoch; and during the chaos some TGBs must have been committed by a
 // producer other than their own (else the combining path went untested).
 func TestProduceKill9Combining16(t *testing.T) {
+	longtest.Skip(t, "a kill -9 storm of 16 combining producers")
 	const (
 		producers = 16
 		batches   = 30

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -16,6 +17,7 @@ import (
 // takes the block path too while A holds F), and once both closed, F
 // is served by passthrough again.
 func TestMountOneIOModePerFile(t *testing.T) {
+	longtest.Skip(t, "reopening files across room for passthrough")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/txn"
 )
@@ -26,6 +27,7 @@ import (
 // the first pass leaves only the recently read files the memory files
 // keep (64 MiB, an eighth of their budget) and the store's connections.
 func TestMountFailedFillsLeaveNothing(t *testing.T) {
+	longtest.Skip(t, "1,000 files read twice through a mount, the store killed halfway")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	srv := s3test.Start(t)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/aztest"
 	"github.com/lakestream/lakestream/internal/gcstest"
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 )
 
@@ -44,10 +45,14 @@ func startServer(t testing.TB, kind string, durable bool) storeServer {
 	return nil
 }
 
-// forEachServer runs fn as a subtest on a fresh server of every kind.
+// forEachServer runs fn as a subtest on a fresh server of every kind
+// (under -short, versitygw's only).
 func forEachServer(t *testing.T, durable bool, fn func(t *testing.T, srv storeServer)) {
 	for _, kind := range serverKinds {
-		t.Run(kind, func(t *testing.T) { fn(t, startServer(t, kind, durable)) })
+		t.Run(kind, func(t *testing.T) {
+			longtest.SkipEmulator(t, kind)
+			fn(t, startServer(t, kind, durable))
+		})
 	}
 }
 
@@ -57,6 +62,7 @@ func mntServerBackends() []mntBackend {
 	var bs []mntBackend
 	for _, kind := range serverKinds {
 		bs = append(bs, mntBackend{kind, func(t testing.TB) string {
+			longtest.SkipEmulator(t, kind)
 			return startServer(t, kind, false).NewBucketURL(t)
 		}})
 	}

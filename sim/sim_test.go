@@ -18,7 +18,7 @@ import (
 var (
 	seedFlag   = flag.Uint64("seed", 0, "replay this one seed (a failure prints it), printing every event with -v")
 	seedsFlag  = flag.Int("seeds", 0, "run this many fresh seeds and print the table (0: as many as -budget allows)")
-	budgetFlag = flag.Duration("budget", 2*time.Minute, "how long to run fresh seeds when -seeds is 0")
+	budgetFlag = flag.Duration("budget", 2*time.Minute, "how long to run fresh seeds when -seeds is 0 (under -short, unless given: 30s)")
 	firstFlag  = flag.Uint64("first", 0, "the first fresh seed (0: drawn from the time); the others follow it")
 	stopFlag   = flag.Bool("stop", false, "stop at the first failure and say how long it took to find")
 )
@@ -26,6 +26,17 @@ var (
 // regressions are seeds that found a defect on main, replayed on every
 // run (docs/RELIABILITY.md, Simulation, lists what each found).
 var regressions = []uint64{451, 1004352, 1007544, 1004731}
+
+// simBudget is -budget; under -short (make test) 30 s unless -budget was
+// given: make test-all and CI run the two minutes.
+func simBudget() time.Duration {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "budget" })
+	if testing.Short() && !given {
+		return 30 * time.Second
+	}
+	return *budgetFlag
+}
 
 // TestSim runs fresh seeds for -budget (or -seeds of them), each a whole
 // world in virtual time, and fails with the seed, the world and its last
@@ -40,7 +51,7 @@ func TestSim(t *testing.T) {
 		first = uint64(time.Now().UnixNano())&(1<<40-1) | 1
 	}
 	began := time.Now()
-	budget := began.Add(*budgetFlag)
+	budget := began.Add(simBudget())
 	var next atomic.Int64
 	var halt atomic.Bool
 	var mu sync.Mutex

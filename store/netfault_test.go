@@ -9,6 +9,7 @@ import (
 
 	"github.com/lakestream/lakestream/internal/aztest"
 	"github.com/lakestream/lakestream/internal/gcstest"
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/internal/toxitest"
 	"github.com/lakestream/lakestream/store"
@@ -26,6 +27,7 @@ func TestNetworkFaultsTimeoutsHold(t *testing.T) {
 	tox := toxitest.Start(t)
 	for _, tc := range networkBackends() {
 		t.Run(tc.name, func(t *testing.T) {
+			longtest.SkipEmulator(t, tc.name)
 			var l *toxitest.Link
 			s := tc.openVia(t, func(up string) string {
 				l = tox.Link(t, tc.name, up)

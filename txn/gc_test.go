@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -571,6 +572,9 @@ func TestGCLog(t *testing.T) {
 func TestGCRacesCommits(t *testing.T) {
 	for name, open := range backends(t) {
 		t.Run(name, func(t *testing.T) {
+			if name == "s3" {
+				longtest.Skip(t, "240 commits racing gc through faults on versitygw; file:// stays")
+			}
 			const total = 240
 			ctx := t.Context()
 			clean := open(t)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/internal/s3test"
 	"github.com/lakestream/lakestream/store"
 	"github.com/lakestream/lakestream/txn"
@@ -172,6 +173,9 @@ func checkPack(t *testing.T, l *txn.Log, p *txn.Pack, files [][]byte) {
 func TestConcurrentProducersExactlyOnce(t *testing.T) {
 	for name, open := range backends(t) {
 		t.Run(name, func(t *testing.T) {
+			if name == "s3" {
+				longtest.Skip(t, "8 producers x 150 TGBs through faults on versitygw; file:// stays")
+			}
 			const producers, perProducer = 8, 150
 			clean := open(t)
 			newLog(t, clean, txn.CreateOptions{Ranks: 2, FirstStep: 1000, ChunkSize: 4096, SnapshotEvery: 50})

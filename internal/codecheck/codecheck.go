@@ -466,3 +466,90 @@ func modulePath(root string) (string, error) {
 	}
 	return "", fmt.Errorf("codecheck: no module line in %s", filepath.Join(root, "go.mod"))
 }
+
+// LongTests returns the test functions under root that skip themselves
+// under -short (a longtest.Skip call among their top-level statements), as
+// "dir.TestName".
+func LongTests(root string) (map[string]bool, error) {
+	long := map[string]bool{}
+	err := walk(root, "_test.go", func(rel string) error {
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, rel), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("codecheck: %w", err)
+		}
+		dir := filepath.Base(filepath.Dir(filepath.Join(root, rel)))
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || fd.Body == nil || !strings.HasPrefix(fd.Name.Name, "Test") {
+				continue
+			}
+			for _, st := range fd.Body.List {
+				if isLongSkip(st) {
+					long[dir+"."+fd.Name.Name] = true
+				}
+			}
+		}
+		return nil
+	})
+	return long, err
+}
+
+func isLongSkip(st ast.Stmt) bool {
+	es, ok := st.(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	x, ok := sel.X.(*ast.Ident)
+	return ok && x.Name == "longtest" && sel.Sel.Name == "Skip"
+}
+
+// TestingDoc is where the split of the suite is written down.
+const TestingDoc = "docs/TESTING.md"
+
+// keptHeading opens TestingDoc's section of the tests make test keeps,
+// one per guarantee; the section ends at the next "## " heading.
+const keptHeading = "## What make test keeps"
+
+// ShortSuite returns one finding per test that TestingDoc's kept section
+// names but that skips itself under -short, and per long test TestingDoc
+// does not name at all: the document is the list of what make test leaves
+// out, and its promise of one real-process test per guarantee holds.
+func ShortSuite(root string) ([]string, error) {
+	long, err := LongTests(root)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, TestingDoc))
+	if err != nil {
+		return nil, fmt.Errorf("codecheck: %w", err)
+	}
+	named := map[string]bool{}
+	var out []string
+	inKept := false
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			inKept = strings.HasPrefix(line, keptHeading)
+		}
+		for _, m := range testRef.FindAllStringSubmatch(line, -1) {
+			named[m[1]+"."+m[2]] = true
+			if inKept && long[m[1]+"."+m[2]] {
+				out = append(out, fmt.Sprintf("%s:%d: %s.%s is kept in make test here but skips itself under -short (longtest.Skip)", TestingDoc, i+1, m[1], m[2]))
+			}
+		}
+	}
+	for name := range long {
+		if !named[name] {
+			out = append(out, fmt.Sprintf("%s: %s skips itself under -short but is not listed: add it to the long tests, saying why", TestingDoc, name))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

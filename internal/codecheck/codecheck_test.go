@@ -28,7 +28,7 @@ var layers = Layers{
 	Sideways: map[string]bool{"csi->mount": true},
 	Private: []string{
 		"bench", "internal/s3test", "internal/gcstest", "internal/aztest", "internal/toxitest", "internal/testproc", "internal/codecheck", "store/storetest",
-		"internal/procstat", "txn/txntest",
+		"internal/procstat", "txn/txntest", "internal/longtest",
 	},
 	// Only cmd/ may import them: lakefs-bench hosts the benchmarks, and
 	// lakefs-produce's TestProducerLinksNoFUSEOrNATS keeps them out of
@@ -277,6 +277,50 @@ func TestLayeringCatchesPlanted(t *testing.T) {
 		"left/l.go:4: left imports right on its own floor",
 		"left/l.go:6: left imports bench, benchmark or test machinery",
 		"low/a.go:4: low (floor 0) imports high (floor 2)",
+	}
+	if len(found) != len(want) {
+		t.Fatalf("found %d, want %d:\n%s", len(found), len(want), strings.Join(found, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(found[i], w) {
+			t.Errorf("finding %d = %q, want prefix %q", i, found[i], w)
+		}
+	}
+}
+
+// TestShortSuiteListed: docs/TESTING.md lists every test make test leaves
+// out, and none it says make test keeps is one of them.
+func TestShortSuiteListed(t *testing.T) {
+	found, err := ShortSuite(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+// TestShortSuiteCatchesPlanted: a long test listed as kept and a long
+// test not listed are both found; a kept test that skips only a subtest,
+// and a long test listed among the long ones, are not.
+func TestShortSuiteCatchesPlanted(t *testing.T) {
+	src := "package q\n\nimport (\n\t\"testing\"\n\n\t\"x/internal/longtest\"\n)\n\n" +
+		"func TestKeptLong(t *testing.T) {\n\tlongtest.Skip(t, \"why\")\n}\n" +
+		"func TestUnlisted(t *testing.T) {\n\tlongtest.Skip(t, \"why\")\n}\n" +
+		"func TestListed(t *testing.T) {\n\tlongtest.Skip(t, \"why\")\n}\n" +
+		"func TestMatrix(t *testing.T) {\n\tt.Run(\"gs\", func(t *testing.T) { longtest.Skip(t, \"why\") })\n}\n"
+	root := plant(t, map[string]string{
+		"q/q_test.go": src,
+		TestingDoc: "# Testing\n\n" + keptHeading + "\n\n| g | `q.TestKeptLong`, `q.TestMatrix` |\n\n" +
+			"## Long tests\n\n`q.TestListed`\n",
+	})
+	found, err := ShortSuite(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		TestingDoc + ": q.TestUnlisted skips itself under -short but is not listed",
+		TestingDoc + ":5: q.TestKeptLong is kept in make test here but skips itself",
 	}
 	if len(found) != len(want) {
 		t.Fatalf("found %d, want %d:\n%s", len(found), len(want), strings.Join(found, "\n"))
