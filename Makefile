@@ -12,7 +12,8 @@ GO ?= go
 # the GCS SDK's gRPC DirectPath (xDS, envoy's control plane), which a
 # JSON-API client never uses: the SDK's documented build tag. The
 # Dockerfile builds with it too; internal/codecheck's TestBinarySizes keeps
-# the binaries within their stated sizes.
+# the binaries within their stated sizes. Tools are installed as their
+# authors build them (GOFLAGS= on each go install).
 BUILD_TAGS := disable_grpc_modules
 export GOFLAGS := -tags=$(BUILD_TAGS) $(GOFLAGS)
 
@@ -35,13 +36,13 @@ tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/fake-gcs-server $(TOOLS)/azurite/node
 tools-all: tools $(TOOLS)/bin/helm
 
 $(TOOLS)/bin/versitygw:
-	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+	GOFLAGS= GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 
 # The GCS and Azure emulators the store and integration tests start.
 # v1.56.0 is the first fake-gcs-server that enforces ifGenerationMatch=0 on
 # simple uploads; Azurite 3.36+ needs a newer Node than Debian's 20.
 $(TOOLS)/bin/fake-gcs-server:
-	GOBIN=$(TOOLS)/bin $(GO) install github.com/fsouza/fake-gcs-server@v1.56.1
+	GOFLAGS= GOBIN=$(TOOLS)/bin $(GO) install github.com/fsouza/fake-gcs-server@v1.56.1
 
 $(TOOLS)/azurite/node_modules/.bin/azurite-blob:
 	command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
@@ -50,16 +51,16 @@ $(TOOLS)/azurite/node_modules/.bin/azurite-blob:
 # The fault-injecting TCP proxy between the chaos run's processes and
 # their store (this kernel has no netem). Its installed name is "server".
 $(TOOLS)/bin/toxiproxy-server:
-	GOBIN=$(TOOLS)/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
+	GOFLAGS= GOBIN=$(TOOLS)/toxiproxy $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
 	mkdir -p $(TOOLS)/bin && mv $(TOOLS)/toxiproxy/server $@
 
 $(TOOLS)/bin/staticcheck:
-	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	GOFLAGS= GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # helm renders deploy/kubernetes's chart in the csi tests (3-7 min to build
 # on 2 cores with an empty module cache).
 $(TOOLS)/bin/helm:
-	GOBIN=$(TOOLS)/bin $(GO) install helm.sh/helm/v3/cmd/helm@v3.19.5
+	GOFLAGS= GOBIN=$(TOOLS)/bin $(GO) install helm.sh/helm/v3/cmd/helm@v3.19.5
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lakestream/lakestream/internal/flagval"
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/txn"
 )
 
@@ -20,6 +21,7 @@ import (
 // machine's memory, and the largest may take at most 16 MiB more than
 // 2GiB. 1PiB is refused as a usage error naming the range (exit 2).
 func TestMountRSSFollowsCachedNotCacheSize(t *testing.T) {
+	longtest.Skip(t, "the mount's RSS measured over a cache filled and dropped")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)

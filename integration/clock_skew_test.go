@@ -53,7 +53,7 @@ func skewStores() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		"file": func(t *testing.T) string { u, _ := mntFileURL(t); return u },
 		"versitygw": func(t *testing.T) string {
-			longtest.Skip(t, "clock skew on versitygw; file:// stays")
+			longtest.Skip(t, "the clock tests again on versitygw; file:// stays")
 			return startServer(t, "s3", false).NewBucketURL(t)
 		},
 	}

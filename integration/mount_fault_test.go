@@ -86,6 +86,7 @@ func faultRemount(t *testing.T, bin, url, mnt, head string) {
 // releases them with an error, the stopped process can then be killed, and
 // the next lakefs-mount on the path serves.
 func TestMountAbortHung(t *testing.T) {
+	longtest.Skip(t, "a hung mount aborted under a blocked reader; TestMountAbortKilled stays")
 	mntRequireFUSE(t)
 	bin := mntBuildMount(t)
 	url, _ := mntFileURL(t)

@@ -31,9 +31,9 @@ func TestProduceKill9ExactlyOnce(t *testing.T) {
 	bin, writer := prdBins(t)
 	forEachServer(t, false, func(t *testing.T, srv storeServer) {
 		// The emulators get fewer batches (still dozens of kills each):
-		// the long run is versitygw's.
+		// the long run is versitygw's, in make test-all.
 		batches := 200
-		if _, ok := srv.(*s3test.Server); !ok {
+		if _, ok := srv.(*s3test.Server); !ok || testing.Short() {
 			batches = 60
 		}
 		prdKill9ExactlyOnce(t, bin, writer, srv.NewBucketURL(t), batches)

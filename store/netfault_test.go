@@ -24,10 +24,10 @@ import (
 // checked are the timeout plus 10 s: what is asserted is that nothing
 // hangs, not how fast.
 func TestNetworkFaultsTimeoutsHold(t *testing.T) {
+	longtest.Skip(t, "minutes of blackholes, slow links and half-open connections on three servers")
 	tox := toxitest.Start(t)
 	for _, tc := range networkBackends() {
 		t.Run(tc.name, func(t *testing.T) {
-			longtest.SkipEmulator(t, tc.name)
 			var l *toxitest.Link
 			s := tc.openVia(t, func(up string) string {
 				l = tox.Link(t, tc.name, up)

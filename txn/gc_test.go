@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -988,7 +989,14 @@ func (failDeletes) Delete(_ context.Context, keys ...string) error {
 // fail after its reclamation was committed returns, with the error, the
 // report so far: the committed reclamation and how many deletes were cut
 // short, so the command can say what a rerun does.
+//
+// In a synctest bubble: the deletes' retries (half a minute of backoff)
+// run in virtual time.
 func TestGCStoppedReportsWhatIsDone(t *testing.T) {
+	synctest.Test(t, gcStoppedReportsWhatIsDone)
+}
+
+func gcStoppedReportsWhatIsDone(t *testing.T) {
 	s := store.NewMem()
 	l := newLog(t, s, txn.CreateOptions{Ranks: 2, ChunkSize: 4096, RetainCheckpoints: 1})
 	gcProduce(t, l, "p", 10)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/lakestream/lakestream/internal/longtest"
 	"github.com/lakestream/lakestream/store"
 )
 
@@ -498,6 +499,7 @@ func (h *hugeStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 // config is refused as ErrCorrupt, naming it, after reading no more than
 // its kind's bound (the test would need a GiB per object otherwise).
 func TestHugeObjectsRefused(t *testing.T) {
+	longtest.Skip(t, "reads each object kind's size bound of zeros")
 	ctx := t.Context()
 	mem := store.NewMem()
 	l, err := Create(ctx, mem, CreateOptions{Ranks: 1})
