@@ -17,7 +17,7 @@ GO ?= go
 BUILD_TAGS := disable_grpc_modules
 export GOFLAGS := -tags=$(BUILD_TAGS) $(GOFLAGS)
 
-.PHONY: all build image test test-all lint fmt-check vet staticcheck unit unit-all tools tools-all demo example bench bench-quick bench-peers soak sim seaweedfs clean
+.PHONY: all build image test test-all lint fmt-check vet staticcheck unit unit-all pytest tools tools-all demo example bench bench-quick bench-peers soak sim seaweedfs clean
 
 all: build
 
@@ -82,9 +82,20 @@ unit-all: tools-all
 
 lint: fmt-check vet staticcheck
 
-test: lint unit
+# The Python package (python/): a virtualenv over Debian's Python, whose
+# packages it sees (python3-torch, -numpy, -pytest: no package index is
+# reached), the package installed into it as a user would, then its tests
+# against the binaries just built, over real kernel mounts.
+PYTHON ?= /usr/bin/python3
+VENV := $(TOOLS)/venv
+pytest: build
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install --quiet --no-build-isolation --no-deps --no-index ./python
+	LAKESTREAM_BIN=$(CURDIR)/bin $(VENV)/bin/python -m pytest -q python/tests
 
-test-all: lint unit-all
+test: lint unit pytest
+
+test-all: lint unit-all pytest
 
 example: build
 	./scripts/example.sh

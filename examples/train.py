@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """DDP training on a Lakestream mount, 4 ranks on CPU (gloo).
 
-Rank r reads <mount>/steps/<n>/rank-<r>/ for its share of step n through a
-standard Dataset + DataLoader (2 forked workers); lakefs-mount --wait makes
-a step that is not committed yet block until it is, so the trainer needs no
-polling. Every --ckpt-every steps rank 0 saves a Megatron-style checkpoint
+Rank r reads its share of step n, <mount>/steps/<n>/rank-<r>/, through
+lakestream.torch.StepDataset and a DataLoader of 2 forked workers, which
+share each step's files; lakefs-mount --wait makes a step that is not
+committed yet block until it is, so the trainer needs no polling. Every
+--ckpt-every steps rank 0 saves a Megatron-style checkpoint
 (iter_<N>/mp_rank_00/model_optim_rng.pt, then the tracker file
 latest_checkpointed_iteration.txt, written last and atomically) into
 --ckpt-dir, which lakefs-mount --checkpoint-dir watches so gc can reclaim
@@ -29,49 +30,35 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "python")]  # writer.py, and the package from a checkout
 import writer  # noqa: E402  the corpus and transform, for --colocated
+from lakestream.torch import StepDataset  # noqa: E402
 
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
-class StepDataset(IterableDataset):
-    """Yields one (step, ids, x, y) per step in [first, end). Worker w of W
-    takes steps first+w, first+w+W, ...; the DataLoader takes from its
-    workers in turn, so steps come out in order, each exactly once."""
+class Colocated(IterableDataset):
+    """The baseline's samples, generated in the DataLoader workers: worker w
+    of W takes steps first+w, first+w+W, ...; one (step, True, samples)
+    per step, as samples() gives for a rank's last file of a step."""
 
-    def __init__(self, a, rank, first, end):
-        self.a, self.rank, self.first, self.end = a, rank, first, end
-
-    def load(self, step):
-        if self.a.colocated:
-            samples = []
-            for i in range(self.a.per_rank):
-                sid = writer.sample_id(step, self.rank, i, self.a.ranks, self.a.per_rank)
-                samples.append(writer.transform(sid, writer.raw_text(sid)))
-            return samples
-        # Opening the directory of a step not committed yet blocks in
-        # lakefs-mount (--wait) until it is.
-        d = os.path.join(self.a.mount, "steps", str(step), "rank-%d" % self.rank)
-        # With lakefs-mount --view-ranks each original rank's files are in a
-        # subdirectory of it, so walk the tree in name order.
-        samples = []
-        for root, dirs, files in os.walk(d):
-            dirs.sort()
-            for name in sorted(files):
-                with open(os.path.join(root, name)) as f:
-                    samples.extend(json.loads(line) for line in f)
-        return samples
+    def __init__(self, a, rank, first):
+        self.a, self.rank, self.first = a, rank, first
 
     def __iter__(self):
         w = get_worker_info()
         wid, nw = (w.id, w.num_workers) if w else (0, 1)
-        if self.a.pid_dir:
-            open(os.path.join(self.a.pid_dir, "worker-%d-%d" % (self.rank, os.getpid())), "w").close()
-        for step in range(self.first + wid, self.end, nw):
-            s = self.load(step)
-            yield (step, [x["id"] for x in s], torch.tensor([x["x"] for x in s]),
-                   torch.tensor([[x["y"]] for x in s]))
+        for step in range(self.first + wid, self.a.steps, nw):
+            sids = [writer.sample_id(step, self.rank, i, self.a.ranks, self.a.per_rank) for i in range(self.a.per_rank)]
+            yield step, True, [writer.transform(sid, writer.raw_text(sid)) for sid in sids]
+
+
+def samples(f):
+    """StepDataset's decode: a file of JSON-lines samples, its step, and
+    whether it is the rank's last file of the step (with lakefs-mount
+    --view-ranks a rank reads one file per original rank)."""
+    return f.step, f.last, [json.loads(line) for line in f.read().splitlines()]
 
 
 def emit(rec):
@@ -119,10 +106,17 @@ def run(rank, a):
             opt.load_state_dict(ck["optimizer"])
     if rank == 0:
         emit({"resume_from": first})
-    dl = DataLoader(StepDataset(a, rank, first, a.steps), batch_size=None,
-                    num_workers=2, multiprocessing_context="fork")
-    for step, ids, x, y in dl:
+    # Rank and world size come from the process group.
+    ds = Colocated(a, rank, first) if a.colocated else StepDataset(a.mount, start=first, end=a.steps, decode=samples)
+    pids = (lambda _: open(os.path.join(a.pid_dir, "worker-%d-%d" % (rank, os.getpid())), "w").close()) if a.pid_dir else None
+    dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork", worker_init_fn=pids)
+    batch = []
+    for step, last, part in dl:
+        batch += part
+        if not last:
+            continue  # the rest of this rank's step is in its next files
         t0 = time.time()
+        x, y = torch.tensor([s["x"] for s in batch]), torch.tensor([[s["y"]] for s in batch])
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -130,7 +124,8 @@ def run(rank, a):
         # the mean loss over ranks, for one comparable curve
         lt = loss.detach().clone()
         dist.all_reduce(lt)
-        emit({"rank": rank, "step": step, "loss": lt.item() / a.ranks, "ids": ids, "t": t0})
+        emit({"rank": rank, "step": step, "loss": lt.item() / a.ranks, "ids": [s["id"] for s in batch], "t": t0})
+        batch = []
         done = step + 1
         if a.ckpt_dir and rank == 0 and done % a.ckpt_every == 0:
             save_checkpoint(a.ckpt_dir, done, model.module, opt)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""A plain-Python writer for lakefs-produce: no SDK, only files.
+"""A Python writer for lakefs-produce, on the lakestream package (python/).
 
 It generates a small synthetic corpus, tokenizes and transforms it into
-training samples, and seals one batch per step into the staging tree. A
-batch is written under a '.'-prefixed temporary name (lakefs-produce ignores
-those) and renamed into place whole, then _SEALED is created last, so a
-writer killed at any point leaves either nothing or a complete batch.
+training samples, and seals one batch per step into the staging tree with
+lakestream.Batch, which writes it under a temporary name, renames it into
+place whole and creates _SEALED last: a writer killed at any point leaves
+either nothing or a complete batch.
 
     writer.py --staging DIR --ranks 4 --steps 20 [--start 0] [--interval 0.2]
 
@@ -16,9 +16,12 @@ import argparse
 import json
 import os
 import random
-import shutil
 import sys
 import time
+
+# From a checkout the package need not be installed (pip install ./python).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import lakestream  # noqa: E402
 
 VOCAB = 64
 DIM = 16
@@ -50,24 +53,15 @@ def transform(sid, text):
 
 def write_batch(staging, step, ranks, per_rank):
     name = "batch-%08d" % step
-    final = os.path.join(staging, name)
-    if os.path.exists(os.path.join(final, "_SEALED")):
+    if name in lakestream.pending(staging):
         return False  # already sealed by an earlier run: restart is idempotent
-    tmp = os.path.join(staging, ".%s.tmp" % name)
-    shutil.rmtree(tmp, ignore_errors=True)
-    for r in range(ranks):
-        d = os.path.join(tmp, "rank-%d" % r)
-        os.makedirs(d)
-        with open(os.path.join(d, "samples.jsonl"), "w") as f:
-            for i in range(per_rank):
-                sid = sample_id(step, r, i, ranks, per_rank)
-                f.write(json.dumps(transform(sid, raw_text(sid))) + "\n")
-    with open(os.path.join(tmp, "step.json"), "w") as f:
-        json.dump({"step": step, "lr": 0.05}, f)
-    if os.path.exists(final):  # an unsealed leftover of a killed writer
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    open(os.path.join(final, "_SEALED"), "w").close()
+    with lakestream.Batch(staging, name, ranks=ranks) as b:
+        for r in range(ranks):
+            with b.file(r, "samples.jsonl", "w") as f:
+                for i in range(per_rank):
+                    sid = sample_id(step, r, i, ranks, per_rank)
+                    f.write(json.dumps(transform(sid, raw_text(sid))) + "\n")
+        b.write_step("step.json", json.dumps({"step": step, "lr": 0.05}))
     return True
 
 
