@@ -74,6 +74,13 @@ type ReadOptions struct {
 	MountArgs []string
 	JSON      bool
 	Keep      bool // keep the stream
+	// Mmap: the mount rows' readers map each file and check it over the
+	// mapping instead of reading it with read(2).
+	Mmap bool
+	// ServerPID, if set, is the store server's process (versitygw on
+	// loopback): each row also reports its CPU per GB served, which is
+	// what the server spends to send the row's requests.
+	ServerPID int
 	Logger    *slog.Logger
 }
 
@@ -101,6 +108,9 @@ type ReadRow struct {
 	// (lakefs_mount_memfile_peak_bytes), outside its RSS.
 	StagedPeakMiB float64 `json:"staged_peak_mib"`
 	CPUSPerGB     float64 `json:"cpu_s_per_gb"` // reader + mount process CPU per GB served
+	// ServerCPUSPerGB is the store server's CPU per GB served
+	// (ReadOptions.ServerPID; 0 without it).
+	ServerCPUSPerGB float64 `json:"server_cpu_s_per_gb,omitempty"`
 	// VsDirect and VsPlainGet compare a mount row with the direct and
 	// plain-get rows of the same reader count, when those ran.
 	VsDirect   *ReadRatio `json:"vs_direct,omitempty"`
@@ -471,7 +481,7 @@ func readAll(ctx context.Context, files [][]benchFile, n int, read func(context.
 // checked after the whole file had landed, cost twice the CPU).
 func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]benchFile, n int) (ReadRow, error) {
 	dropCaches(o.Logger)
-	cpu0 := procstat.SelfCPU()
+	cpu0, scpu0 := procstat.SelfCPU(), o.serverCPU()
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
 		rc, err := store.GetRangeStream(ctx, s, f.key, f.off, f.size)
 		if err != nil {
@@ -484,6 +494,7 @@ func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]be
 		return ReadRow{}, err
 	}
 	r := row(SystemDirect, n, times, bytes, wall, procstat.SelfCPU()-cpu0)
+	r.ServerCPUSPerGB = o.serverCPUPerGB(scpu0, bytes)
 	r.FetchedBytes, r.ServedBytes, r.Gets = bytes, bytes, int64(len(times))
 	return r, nil
 }
@@ -492,7 +503,7 @@ func readDirect(ctx context.Context, o *ReadOptions, s store.Store, files [][]be
 // reader and the store.
 func readPlain(ctx context.Context, o *ReadOptions, get plainGetFunc, files [][]benchFile, n int) (ReadRow, error) {
 	dropCaches(o.Logger)
-	cpu0 := procstat.SelfCPU()
+	cpu0, scpu0 := procstat.SelfCPU(), o.serverCPU()
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
 		return get(ctx, f, buf)
 	})
@@ -500,6 +511,7 @@ func readPlain(ctx context.Context, o *ReadOptions, get plainGetFunc, files [][]
 		return ReadRow{}, err
 	}
 	r := row(SystemPlainGet, n, times, bytes, wall, procstat.SelfCPU()-cpu0)
+	r.ServerCPUSPerGB = o.serverCPUPerGB(scpu0, bytes)
 	r.FetchedBytes, r.ServedBytes, r.Gets = bytes, bytes, int64(len(times))
 	return r, nil
 }
@@ -534,6 +546,22 @@ func checkStream(r io.Reader, name string, f benchFile, buf []byte) error {
 		return fmt.Errorf("%s: %d bytes with CRC32C %08x, want %d bytes with %08x", name, n, crc, f.size, f.crc)
 	}
 	return nil
+}
+
+// serverCPU is the store server's CPU time so far (0 without ServerPID).
+func (o *ReadOptions) serverCPU() time.Duration {
+	if o.ServerPID == 0 {
+		return 0
+	}
+	return procstat.CPU(o.ServerPID)
+}
+
+// serverCPUPerGB is the server's CPU since since per GB of bytes served.
+func (o *ReadOptions) serverCPUPerGB(since time.Duration, bytes int64) float64 {
+	if o.ServerPID == 0 || bytes == 0 {
+		return 0
+	}
+	return round((o.serverCPU()-since).Seconds()/(float64(bytes)/1e9), 3)
 }
 
 // row is the figures every system has; the caller fills in the rest.
@@ -577,17 +605,21 @@ func (p *readPrinter) row(r ReadRow) {
 		return
 	}
 	if !p.header {
-		fmt.Fprintf(p.out, "%-12s %7s %6s %-11s %8s %8s %8s %8s %10s %10s %7s %8s %10s %9s\n",
-			"system", "readers", "files", "path", "MB/s", "files/s", "p50 ms", "p95 ms", "fetched MB", "served MB", "gets", "RSS MiB", "staged MiB", "CPU s/GB")
+		fmt.Fprintf(p.out, "%-12s %7s %6s %-11s %8s %8s %8s %8s %10s %10s %7s %8s %10s %9s %10s\n",
+			"system", "readers", "files", "path", "MB/s", "files/s", "p50 ms", "p95 ms", "fetched MB", "served MB", "gets", "RSS MiB", "staged MiB", "CPU s/GB", "server s/GB")
 		p.header = true
 	}
 	path := r.Path
 	if path == "" {
 		path = "-"
 	}
-	fmt.Fprintf(p.out, "%-12s %7d %6d %-11s %8.1f %8.1f %8.2f %8.2f %10.1f %10.1f %7d %8.1f %10.1f %9.3f\n",
+	server := "-"
+	if r.ServerCPUSPerGB > 0 {
+		server = fmt.Sprintf("%.3f", r.ServerCPUSPerGB)
+	}
+	fmt.Fprintf(p.out, "%-12s %7d %6d %-11s %8.1f %8.1f %8.2f %8.2f %10.1f %10.1f %7d %8.1f %10.1f %9.3f %10s\n",
 		r.System, r.Readers, r.Files, path, r.MBPerS, r.FilesPerS, r.P50Ms, r.P95Ms,
-		float64(r.FetchedBytes)/1e6, float64(r.ServedBytes)/1e6, r.Gets, r.RSSMiB, r.StagedPeakMiB, r.CPUSPerGB)
+		float64(r.FetchedBytes)/1e6, float64(r.ServedBytes)/1e6, r.Gets, r.RSSMiB, r.StagedPeakMiB, r.CPUSPerGB, server)
 	for _, c := range []struct {
 		name string
 		r    *ReadRatio

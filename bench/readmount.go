@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lakestream/lakestream/internal/listen"
 	"github.com/lakestream/lakestream/internal/procstat"
@@ -41,19 +44,24 @@ func readMount(ctx context.Context, o *ReadOptions, url string, files [][]benchF
 	if err != nil {
 		return ReadRow{}, err
 	}
-	cpu0, mcpu0 := procstat.SelfCPU(), procstat.CPU(m.Pid())
+	cpu0, mcpu0, scpu0 := procstat.SelfCPU(), procstat.CPU(m.Pid()), o.serverCPU()
 	times, bytes, wall, err := readAll(ctx, files, n, func(ctx context.Context, f benchFile, buf []byte) error {
+		if o.Mmap {
+			return mapFile(filepath.Join(m.Mountpoint(), f.path), f)
+		}
 		return readFile(filepath.Join(m.Mountpoint(), f.path), f, buf)
 	})
 	if err != nil {
 		return ReadRow{}, err
 	}
 	cpu := procstat.SelfCPU() - cpu0 + procstat.CPU(m.Pid()) - mcpu0
+	serverCPU := o.serverCPUPerGB(scpu0, bytes)
 	after, err := m.scrape(ctx)
 	if err != nil {
 		return ReadRow{}, err
 	}
 	r := row(system, n, times, bytes, wall, cpu)
+	r.ServerCPUSPerGB = serverCPU
 	d := func(name string) int64 { return int64(after[name] - before[name]) }
 	r.FetchedBytes, r.ServedBytes, r.Gets = d(metricFetched), d(metricServed), d(metricGets)
 	r.Path = servedBy(d(metricOpensPT), d(metricOpensBlocks))
@@ -152,4 +160,27 @@ func (m *mountProc) stop(logger *slog.Logger) {
 		logger.Warn("bench read: lakefs-mount did not stop cleanly", "dir", m.Mountpoint(), "err", err)
 	}
 	os.Remove(m.Mountpoint())
+}
+
+// mapFile maps the file shared and read-only, as numpy.load(path,
+// mmap_mode="r") does, and checks its CRC32C over the mapping: a passthrough
+// file's pages are the memory file's, so nothing is copied.
+func mapFile(path string, f benchFile) error {
+	fd, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	if f.size == 0 {
+		return nil
+	}
+	b, err := unix.Mmap(int(fd.Fd()), 0, int(f.size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mapping %s: %w", path, err)
+	}
+	defer unix.Munmap(b)
+	if crc := crc32.Checksum(b, castagnoli); crc != f.crc {
+		return fmt.Errorf("%s: CRC32C %08x through a mapping, want %08x", path, crc, f.crc)
+	}
+	return nil
 }

@@ -100,9 +100,10 @@ func TestDroppedJobCancelsUnwantedFill(t *testing.T) {
 }
 
 // TestFillsInFlight: the prefetcher keeps one memory-file fill in flight
-// per rank being read, plus one: two for a single rank (a GET is under way
-// when another ends), five for four, however many files the window holds
-// (fills beyond those share the link and make every file later).
+// per rank being read, plus one (a GET is under way when another ends),
+// and never fewer than three (one reader outruns two): three for one or
+// two ranks, five for four, however many files the window holds (fills
+// beyond those share the link and make every file later).
 func TestFillsInFlight(t *testing.T) {
 	s := &gateStore{countingStore: newCounting(), open: make(chan struct{})}
 	defer close(s.open)
@@ -135,8 +136,10 @@ func TestFillsInFlight(t *testing.T) {
 		}
 	}
 	p.Touch(0, 0)
-	inFlight(2)
-	for r := 1; r < ranks; r++ {
+	inFlight(minFills)
+	p.Touch(0, 1)
+	inFlight(minFills)
+	for r := 2; r < ranks; r++ {
 		p.Touch(0, r)
 	}
 	inFlight(ranks + 1)

@@ -29,14 +29,21 @@ type PrefetchOptions struct {
 }
 
 // DefaultFillsPerRank: the memfd fills in flight are one per rank being
-// read, plus one. Files fetched side by side share the link and finish
-// together, so each fill beyond what keeps the link busy makes every file
+// read, plus one, and at least minFills. Files fetched side by side share
+// the link and finish together, so each fill beyond what keeps the link busy makes every file
 // arrive later (a reader waiting on them gets them in bursts: the per-file
 // p95 grows) for no more bytes a second; the one more has a GET under way
 // when another ends, so the link does not idle between them. bench read,
 // 4 MiB files, 4 readers, against two per rank: p95 0.70x-0.87x over HTTP
 // and TLS, MB/s within the spread between passes (docs/bench/READPATH.md).
 const DefaultFillsPerRank = 1
+
+// minFills is the fewest memfd fills let run at once, whatever the ranks:
+// one reader reads a file from memory several times faster than a GET
+// brings the next, so with two in flight it waits for nearly every file;
+// a third keeps it fed. Measured with bench read, the store server on a
+// CPU of its own (docs/bench/READPATH.md).
+const minFills = 3
 
 // Prefetcher fetches, for the ranks this node's readers open, the step a
 // reader touches and the P steps after it into the cache, nearest step
@@ -318,7 +325,7 @@ func (p *Prefetcher) next() (work, bool) {
 				}
 				return work{}, false // room given back wakes the scheduler
 			}
-			if p.filling.Load() >= int64(p.perRank*len(p.activeRanksLocked())+1) {
+			if p.filling.Load() >= int64(max(p.perRank*len(p.activeRanksLocked())+1, minFills)) {
 				return work{}, false // a fill's end kicks the scheduler
 			}
 			from := best.fi[best.pi]

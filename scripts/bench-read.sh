@@ -11,7 +11,8 @@
 # versitygw (OUTDIR/mount.pprof). STORES (s3 file) and SHAPES (4m small)
 # narrow the grid; TLS=1 serves versitygw over HTTPS, KEEPALIVE=0 with
 # its default of a connection per request, VERSITYGW names another
-# build of it (scripts/benchenv.sh). Run it on a
+# build of it, PIN=1 puts the server on CPUs of its own and the rest on
+# the others (scripts/benchenv.sh; each table's header says which). Run it on a
 # quiet machine (each table records the load average before and after);
 # QUIET, a command prefix, runs each configuration under it (e.g. a
 # wrapper that waits for the load to drop):
@@ -26,9 +27,9 @@ s3="s3://bench/read?endpoint=$scheme://127.0.0.1:$port&region=us-east-1"
 
 run() { # store, shape, bench read flags...
 	local st=$1 shape=$2 url; shift 2
-	case $st in s3) url=$s3 ;; file) url="file://$work/file" ;; esac
-	echo "== $st $shape, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/$st-$shape.txt"
-	${QUIET:-} ./bin/lakefs-bench read --store "$url" --ranks 4 --readers 1,4 --runs 3 "$@" 2>&1 | tee -a "$out/$st-$shape.txt"
+	case $st in s3) url=$s3 srvpid=$gw ;; file) url="file://$work/file" srvpid= ;; esac
+	echo "== $st $shape ($pinned${TLS:+, TLS=$TLS}), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/$st-$shape.txt"
+	${QUIET:-} "${client[@]}" ./bin/lakefs-bench read --store "$url" ${srvpid:+--server-pid "$srvpid"} --ranks 4 --readers 1,4 --runs 3 "$@" 2>&1 | tee -a "$out/$st-$shape.txt"
 	echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/$st-$shape.txt"
 }
 for st in ${STORES:-s3 file}; do
@@ -41,7 +42,7 @@ for st in ${STORES:-s3 file}; do
 done
 if [ "${PROFILE:-0}" = 1 ]; then
 	maddr=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	${QUIET:-} ./bin/lakefs-bench read --store "$s3" --ranks 4 --readers ${PROFILE_READERS:-4} --steps ${PROFILE_STEPS:-300} --systems mount \
+	${QUIET:-} "${client[@]}" ./bin/lakefs-bench read --store "$s3" --ranks 4 --readers ${PROFILE_READERS:-4} --steps ${PROFILE_STEPS:-300} --systems mount \
 		--mount-arg=--pprof --mount-arg=--metrics-addr=$maddr >"$out/profile-run.txt" &
 	bench=$!
 	# The mount starts once the stream is written; profile its reads.

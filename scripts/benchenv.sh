@@ -9,6 +9,13 @@
 # connect and TCP slow start; KEEPALIVE=0 keeps that default, to compare).
 # With TLS=1 it serves HTTPS with a self-signed certificate for 127.0.0.1,
 # trusted through AWS_CA_BUNDLE. VERSITYGW runs another build of it.
+#
+# PIN=1 measures as a cloud store is reached: the store server on CPUs of
+# its own (CPU 0 of 2; the first half of the CPUs on a larger machine) and
+# everything else on the rest (`client` runs a command there). Without
+# it, server and client share every CPU, so each CPU second the server
+# spends comes out of the reader's throughput. `pinned` describes it for
+# table headers.
 TOOLS=${LAKEFS_TOOLS:-$PWD/.tools}
 make -s build
 work=$(mktemp -d "/tmp/${BENCH_NAME:-bench}.XXXXXX")
@@ -25,12 +32,24 @@ if [ "${TLS:-0}" = 1 ]; then
 	tls=(--cert "$work/cert.pem" --key "$work/key.pem")
 	export AWS_CA_BUNDLE=$work/cert.pem
 fi
+server=() client=() pinned="not pinned: server and client share all $(nproc) CPUs"
+if [ "${PIN:-0}" = 1 ]; then
+	ncpu=$(nproc)
+	if ((ncpu < 2)); then
+		echo "benchenv: PIN=1 needs at least 2 CPUs; this machine has $ncpu" >&2
+		exit 1
+	fi
+	half=$((ncpu / 2))
+	srvcpus=0-$((half - 1)) clicpus=$half-$((ncpu - 1))
+	server=(taskset -c "$srvcpus") client=(taskset -c "$clicpus")
+	pinned="pinned: store server on CPU $srvcpus, client on CPU $clicpus"
+fi
 gwbin=${VERSITYGW:-$TOOLS/bin/versitygw}
 if [ ! -x "$gwbin" ]; then
 	echo "benchenv: no versitygw at $gwbin: run make tools, or set VERSITYGW to a built binary" >&2
 	exit 1
 fi
-"$gwbin" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
+"${server[@]}" "$gwbin" --access "$AWS_ACCESS_KEY_ID" --secret "$AWS_SECRET_ACCESS_KEY" \
 	--port "127.0.0.1:$port" --quiet "${keep[@]}" "${tls[@]}" posix "$work/s3" >"$work/versitygw.log" 2>&1 &
 gw=$!
 made=

@@ -129,6 +129,7 @@ func (o *Options) fill() {
 type env struct {
 	o       *Options
 	s3      *s3test.Server
+	s3Bin   string // versitygw
 	work    string
 	produce string // path of lakefs-produce
 	lbench  string // path of lakefs-bench
@@ -282,7 +283,8 @@ func measure(ctx context.Context, o *Options) (*RunFile, error) {
 	if err := os.MkdirAll(s3dir, 0o755); err != nil {
 		return nil, fmt.Errorf("versitygw directory: %w", err)
 	}
-	if e.s3, err = startS3(filepath.Join(o.Tools, "bin", "versitygw"), s3dir); err != nil {
+	e.s3Bin = filepath.Join(o.Tools, "bin", "versitygw")
+	if e.s3, err = startS3(e.s3Bin, s3dir, ""); err != nil {
 		return nil, err
 	}
 	defer e.s3.Stop(syscall.SIGTERM)
@@ -351,16 +353,16 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-// startS3 starts the report's versitygw (bin) with its data under dir and
-// its log beside dir: a line per upload that a finished run cuts short
-// stays out of the progress output.
-func startS3(bin, dir string) (*s3test.Server, error) {
-	lf, err := os.Create(filepath.Join(filepath.Dir(dir), "versitygw.log"))
+// startS3 starts the report's versitygw (bin) with its data under dir,
+// on cpus if set (a taskset list), and its log beside dir: a line per
+// upload that a finished run cuts short stays out of the progress output.
+func startS3(bin, dir, cpus string) (*s3test.Server, error) {
+	lf, err := os.Create(dir + ".log")
 	if err != nil {
 		return nil, err
 	}
 	// The server holds its own copy of the descriptor.
 	defer lf.Close()
 	return s3test.Launch(s3test.LaunchOptions{Bin: bin, Dir: dir,
-		AccessKey: "lakestream-bench", SecretKey: "lakestream-bench-secret", Log: lf})
+		AccessKey: "lakestream-bench", SecretKey: "lakestream-bench-secret", Log: lf, CPUs: cpus})
 }

@@ -9,16 +9,28 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lakestream/lakestream/bench"
 )
 
-// read runs section 3: `bench read` (when this build has it) and the
-// read peers on the same versitygw.
-func (e *env) measureRead(ctx context.Context) ([]Row, error) {
-	rows, notes, err := e.readMountRows(ctx)
+// measureRead runs section 3: `bench read` (when this build has it) and
+// the read peers on the same versitygw, pinned (pinRead) where the
+// machine has CPUs to split.
+func (e *env) measureRead(ctx context.Context) (rows []Row, err error) {
+	if split, ok := splitCPUs(); ok {
+		restore, err := e.pinRead(split)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+		rows = append(rows, Row{"note": "Pinned: " + split.String() + " (a versitygw of its own for this section)."})
+	}
+	got, notes, err := e.readMountRows(ctx)
+	rows = append(rows, got...)
 	if err != nil {
 		return rows, err
 	}
@@ -40,6 +52,32 @@ func (e *env) measureRead(ctx context.Context) ([]Row, error) {
 		rows = append(rows, Row{"note": fmt.Sprintf("read peers: %v", err)})
 	}
 	return rows, nil
+}
+
+// pinRead starts the read section's own versitygw on the server's CPUs
+// and confines this process (and the bench, mounts and peers it starts)
+// to the others; restore undoes both.
+func (e *env) pinRead(split cpuSplit) (restore func(), err error) {
+	dir := filepath.Join(e.work, "s3-read")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("versitygw directory: %w", err)
+	}
+	srv, err := startS3(e.s3Bin, dir, split.server)
+	if err != nil {
+		return nil, err
+	}
+	unpin, err := pinSelf(split.clientSet)
+	if err != nil {
+		srv.Stop(syscall.SIGTERM)
+		return nil, err
+	}
+	shared := e.s3
+	e.s3 = srv
+	return func() {
+		e.s3 = shared
+		unpin()
+		srv.Stop(syscall.SIGTERM)
+	}, nil
 }
 
 // renderRead writes section 3 and its headlines.
@@ -68,11 +106,16 @@ func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
 		}
 		e.logf("bench read repeat %d/%d", i+1, o.Repeats)
 		t0 := time.Now()
-		got, err := e.bench(ctx, 3*time.Minute, "read", "--json", "--store", e.s3.URL(bucket, "read"),
+		pid := strconv.Itoa(e.s3.Pid())
+		got, err := e.bench(ctx, 3*time.Minute, "read", "--json", "--store", e.s3.URL(bucket, "read"), "--server-pid", pid,
 			// The peers' data set: 4 ranks x 16 files x 4 MiB.
 			"--steps", "16", "--ranks", "4", "--size", "4MiB", "--readers", "1,4")
 		for _, g := range got {
 			g["repeat"] = float64(i + 1)
+			// The server's pid means nothing to a reader reproducing it.
+			if c, ok := g["command"].(string); ok {
+				g["command"] = strings.Replace(c, " --server-pid "+pid, "", 1)
+			}
 		}
 		rows = append(rows, got...)
 		if err != nil {
@@ -92,8 +135,8 @@ func (e *env) readMountRows(ctx context.Context) ([]Row, []string, error) {
 // readSection writes the read path's table, figure and notes.
 func (e *env) readSection(rep *Report, g *Group, rows []Row, notes []string) {
 	sec := &Section{Title: "Read path"}
-	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served.\n\n")
-	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB", "load"}}
+	sec.printf("One reader reads rank 0's files in order; four readers read one rank each in parallel. Every reader opens a file, reads it to EOF in 1 MiB reads and checks its CRC32C; the page cache is dropped before each pass. `mount` and `direct` come from `lakefs-bench read` (lakefs-mount, and the store client reading the same bytes: the limit); `direct-s3`, `s3fs` and `rclone` are the same kind of files as plain 4 MiB objects on the same versitygw, read with the SDK's GetObject, through `s3fs` and through `rclone mount` (--vfs-cache-mode off). fetched/served is bytes fetched from the store per byte served (not counted for the peers: 0). RSS is the mount process's peak; CPU is the mount process's user+system seconds per GB served; server CPU is versitygw's, for the `lakefs-bench read` rows. On a machine with two CPUs or more, the section runs a versitygw of its own on the first half of them and everything else on the rest (the note below says which), as a cloud store serves from machines of its own.\n\n")
+	t := Table{Header: []string{"system", "readers", "MB/s", "p50 ms/file", "p95 ms/file", "fetched/served", "peak RSS MiB", "CPU s/GB", "server CPU s/GB", "load"}}
 	fig := Figure{Title: "Read throughput, page cache dropped", XLabel: "readers", YLabel: "MB/s (median, min-max)"}
 	series := map[string]*Series{}
 	var order []string
@@ -105,7 +148,7 @@ func (e *env) readSection(rep *Report, g *Group, rows []Row, notes []string) {
 			ratio = fmt.Sprintf("%.3f", f.Med/s.Med)
 		}
 		t.Rows = append(t.Rows, []string{sys, fmt.Sprint(r.Num("readers")), g.Stat(k, "mb_per_s").String(), g.Stat(k, "p50_ms").String(),
-			g.Stat(k, "p95_ms").String(), ratio, orNA(g.Stat(k, "rss_mib")), orNA(g.Stat(k, "cpu_s_per_gb")), loadCell(g, k)})
+			g.Stat(k, "p95_ms").String(), ratio, orNA(g.Stat(k, "rss_mib")), orNA(g.Stat(k, "cpu_s_per_gb")), orNA(g.Stat(k, "server_cpu_s_per_gb")), loadCell(g, k)})
 		if series[sys] == nil {
 			series[sys] = &Series{Name: sys}
 			order = append(order, sys)

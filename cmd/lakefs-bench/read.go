@@ -18,8 +18,9 @@ import (
 type benchReadOptions struct {
 	Store, Size, Readers, MountBin, Systems string
 	Steps, Ranks, Runs, FilesPerRank        int
+	ServerPID                               int
 	MountArgs                               cli.StringSlice
-	JSON, Keep, Follow                      bool
+	JSON, Keep, Follow, Mmap                bool
 	Interval                                time.Duration
 	FollowSystems                           string
 }
@@ -45,7 +46,8 @@ Prints one row per (system, readers): the path the mount served opens by
 (passthrough, blocks or mixed), MB/s, files/s, p50/p95 ms per file, bytes
 fetched from the store and served to readers, GETs sent to the store, the
 mount's peak RSS and peak bytes in memory files (staged), and CPU seconds
-per GB (reader plus mount process); each mount row is followed by its
+per GB (reader plus mount process; with --server-pid, the store server's
+too); each mount row is followed by its
 ratios to direct and plain-get (JSON: vs_direct, vs_plain_get). With
 --runs K every system runs K times, interleaved, and the run with the
 median MB/s is printed. Needs lakefs-mount next to this executable or on
@@ -75,6 +77,8 @@ Examples:
 			&cli.StringFlag{Name: "systems", Value: strings.Join(bench.ReadSystems(), ","), Destination: &o.Systems, Usage: "rows to measure, comma-separated"},
 			&cli.StringFlag{Name: "mount-bin", Destination: &o.MountBin, Usage: "lakefs-mount executable (default: next to this one, else on PATH)"},
 			&cli.StringSliceFlag{Name: "mount-arg", Destination: &o.MountArgs, Usage: "extra lakefs-mount flag (repeatable), e.g. --mount-arg=--ranks=0"},
+			&cli.BoolFlag{Name: "mmap", Destination: &o.Mmap, Usage: "mount rows map each file (as numpy's mmap_mode does) instead of reading it"},
+			&cli.IntFlag{Name: "server-pid", Destination: &o.ServerPID, Usage: "the store server's process: rows add its CPU per GB served"},
 			&cli.BoolFlag{Name: "json", Destination: &o.JSON, Usage: "one JSON object per row"},
 			&cli.BoolFlag{Name: "keep", Destination: &o.Keep, Usage: "keep the stream in the store"},
 			&cli.BoolFlag{Name: "follow", Destination: &o.Follow, Usage: "measure consumer latency at the head instead (see above)"},
@@ -102,6 +106,7 @@ func benchRead(ctx context.Context, o benchReadOptions, stdout io.Writer) error 
 	ro := bench.ReadOptions{
 		StoreURL: o.Store, Steps: o.Steps, Ranks: o.Ranks, FilesPerRank: o.FilesPerRank, Size: size, Runs: o.Runs,
 		MountBin: o.MountBin, MountArgs: o.MountArgs.Value(), JSON: o.JSON, Keep: o.Keep,
+		ServerPID: o.ServerPID, Mmap: o.Mmap,
 	}
 	if ro.Readers, err = flagval.ParseCounts("--readers", o.Readers, 1, txn.MaxRanks); err != nil {
 		return err

@@ -98,6 +98,9 @@ type LaunchOptions struct {
 	Dir                  string    // its data directory; required
 	AccessKey, SecretKey string    // its credentials (default: AccessKey, SecretKey)
 	Log                  io.Writer // its output (default: os.Stderr)
+	// CPUs, if set, confines the server to these CPUs (a taskset list,
+	// "0" or "0-3"), as a cloud store serves from machines of its own.
+	CPUs string
 }
 
 // Launch starts versitygw on a free 127.0.0.1 port and waits until it
@@ -118,8 +121,12 @@ func Launch(o LaunchOptions) (*Server, error) {
 	if o.AccessKey == "" {
 		o.AccessKey, o.SecretKey = AccessKey, SecretKey
 	}
-	p, err := testproc.Launch(testproc.Options{Name: "versitygw", Bin: o.Bin, Log: o.Log, Args: func(addr string) []string {
-		return []string{"--access", o.AccessKey, "--secret", o.SecretKey, "--region", Region, "--port", addr, "--quiet", "--keep-alive", "posix", o.Dir}
+	bin, pre := o.Bin, []string(nil)
+	if o.CPUs != "" {
+		bin, pre = "taskset", []string{"-c", o.CPUs, o.Bin}
+	}
+	p, err := testproc.Launch(testproc.Options{Name: "versitygw", Bin: bin, Log: o.Log, Args: func(addr string) []string {
+		return append(pre, "--access", o.AccessKey, "--secret", o.SecretKey, "--region", Region, "--port", addr, "--quiet", "--keep-alive", "posix", o.Dir)
 	}})
 	if err != nil {
 		return nil, err
