@@ -30,12 +30,13 @@ type PrefetchOptions struct {
 
 // DefaultFillsPerRank: the memfd fills in flight are one per rank being
 // read, plus one, and at least minFills. Files fetched side by side share
-// the link and finish together, so each fill beyond what keeps the link busy makes every file
-// arrive later (a reader waiting on them gets them in bursts: the per-file
-// p95 grows) for no more bytes a second; the one more has a GET under way
-// when another ends, so the link does not idle between them. bench read,
-// 4 MiB files, 4 readers, against two per rank: p95 0.70x-0.87x over HTTP
-// and TLS, MB/s within the spread between passes (docs/bench/READPATH.md).
+// the link and finish together, so each fill beyond what keeps the link
+// busy makes every file arrive later (a reader waiting on them gets them
+// in bursts: the per-file p95 grows) for no more bytes a second; the one
+// more has a GET under way when another ends, so the link does not idle
+// between them. bench read, 4 MiB files, 4 readers, against two per rank:
+// p95 0.70x-0.87x over HTTP and TLS, MB/s within the spread between
+// passes (docs/bench/READPATH.md).
 const DefaultFillsPerRank = 1
 
 // minFills is the fewest memfd fills let run at once, whatever the ranks:
