@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/lakestream/lakestream/internal/procstat"
 	"github.com/lakestream/lakestream/mount/proc"
@@ -154,6 +155,11 @@ func (o *ReadOptions) defaults() error {
 	for _, n := range o.Readers {
 		if n < 1 || n > o.Ranks {
 			return fmt.Errorf("bench read: %d readers: each reader reads its own rank, so use 1..%d (or more --ranks)", n, o.Ranks)
+		}
+	}
+	if o.ServerPID != 0 {
+		if err := unix.Kill(o.ServerPID, 0); err != nil {
+			return fmt.Errorf("bench read: --server-pid %d: %w; pass the pid of the store server running now", o.ServerPID, err)
 		}
 	}
 	for _, s := range o.Systems {
@@ -561,7 +567,11 @@ func (o *ReadOptions) serverCPUPerGB(since time.Duration, bytes int64) float64 {
 	if o.ServerPID == 0 || bytes == 0 {
 		return 0
 	}
-	return round((o.serverCPU()-since).Seconds()/(float64(bytes)/1e9), 3)
+	cpu := o.serverCPU() - since
+	if cpu < 0 { // the server went away and its CPU reads 0
+		return 0
+	}
+	return round(cpu.Seconds()/(float64(bytes)/1e9), 3)
 }
 
 // row is the figures every system has; the caller fills in the rest.

@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -76,5 +78,24 @@ func TestReadFile(t *testing.T) {
 		if mounted && r.RSSMiB <= 0 {
 			t.Errorf("%+v: no RSS of the mount", r)
 		}
+	}
+}
+
+// TestReadServerPIDMustBeAlive: a --server-pid that names no process is a
+// one-line error at the start, not a table of empty server columns.
+func TestReadServerPIDMustBeAlive(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := cmd.Process.Pid // reaped: no process has it now (pids are not reused this soon)
+	o := ReadOptions{StoreURL: "file://" + t.TempDir(), ServerPID: gone, Systems: []string{SystemDirect}}
+	err := o.defaults()
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--server-pid %d", gone)) {
+		t.Fatalf("defaults with a dead server pid: %v, want an error naming --server-pid %d", err, gone)
+	}
+	o = ReadOptions{StoreURL: "file://" + t.TempDir(), ServerPID: os.Getpid(), Systems: []string{SystemDirect}}
+	if err := o.defaults(); err != nil {
+		t.Fatalf("defaults with a live server pid: %v", err)
 	}
 }

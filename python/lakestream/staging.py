@@ -172,10 +172,10 @@ class Batch:
             if self.name is not None:
                 if is_sealed(self.staging, name):
                     raise FileExistsError(f"batch {name} was sealed in {self.staging} while this one was written: batch names must be new; pick another")
-                if os.path.isdir(final) and not os.path.islink(final):
-                    # An unsealed leftover of a writer killed between its
-                    # rename and its seal: never read by the producer.
-                    shutil.rmtree(final)
+                if os.path.lexists(final):
+                    # Unsealed: another writer may be writing it right now
+                    # (cp, then touch _SEALED), so it is never removed here.
+                    raise FileExistsError(f"batch {name} exists unsealed in {self.staging}: another writer is writing it, or one was killed before sealing it; pick another name (or remove {final} once no writer uses it)")
             try:
                 os.rename(self._tmp, final)
             except OSError:

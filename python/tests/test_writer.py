@@ -168,6 +168,25 @@ def test_names_match_the_producer(new_stream: Callable[..., Any]) -> None:
     assert tree(os.path.join(mnt, "steps", "0")) == want
 
 
+def test_same_name_never_removes_another_writers_batch(new_stream: Callable[..., Any]) -> None:
+    """Another writer is staging batch "b-0" by hand (cp, then touch
+    _SEALED): a Batch of that name refuses to seal over it, and removes
+    nothing of it or of its own."""
+    s = new_stream(1)
+    other = os.path.join(s.staging, "b-0", "rank-0")
+    os.makedirs(other)
+    with open(os.path.join(other, "x"), "wb") as f:
+        f.write(b"theirs")
+    with pytest.raises(FileExistsError, match="b-0 exists unsealed"):
+        with lakestream.Batch(s.staging, "b-0", ranks=1) as b:
+            b.write(0, "x", b"mine")
+    with open(os.path.join(other, "x"), "rb") as f:
+        assert f.read() == b"theirs"
+    assert sorted(os.listdir(s.staging)) == ["b-0"], "the refused batch left its temporary behind"
+    open(os.path.join(s.staging, "b-0", "_SEALED"), "w").close()  # the other writer seals
+    assert "b-0 -> step 0" in s.produce_once()
+
+
 def test_max_pending_waits_while_batches_are_staged(new_stream: Callable[..., Any]) -> None:
     s = new_stream(1)
     for i in range(2):
